@@ -1,0 +1,3 @@
+from graders.cli import main
+
+main()
