@@ -29,7 +29,7 @@ from graders.errors import OomLabError
 from graders.grading import Report, grade, machine_error
 from graders.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
 from graders.manifest import Exercise
-from graders.progress import Progress, pristine_source, reset as reset_exercise
+from graders.progress import Progress, keep_originals, pristine_source, reset as reset_exercise
 from graders.render import figures_table, notes, oom_panel, print_report, relpath, script_failure, workload_line
 
 app = typer.Typer(
@@ -44,6 +44,7 @@ STEP_NAMES = {"snapshot": "1 snapshot", "hunt": "2 hunt references", "profile": 
 
 def load() -> tuple[Course, Progress]:
     course = Course()
+    keep_originals(course.exercises)  # at first sight, so that `oomlab reset` has the original without git
     return course, Progress(course.state_dir)
 
 
@@ -310,7 +311,10 @@ def main(argv: list[str] | None = None) -> None:
         console.print("Interrupted.")
         sys.exit(130)
     except Exception as err:  # a bug in oomlab: keep the details, show one line
-        log = Path(".oomlab") / "last-error.txt"
+        try:
+            log = Course().state_dir / "last-error.txt"
+        except Exception:  # no course folder here: keep it beside the user
+            log = Path(".oomlab") / "last-error.txt"
         try:
             log.parent.mkdir(exist_ok=True)
             log.write_text(traceback.format_exc(), encoding="utf-8")

@@ -36,6 +36,7 @@ class WrongFix:
     expect: str  # the check that must catch it
     why: str
     edits: tuple[Edit, ...]
+    manifest: Path | None = None  # the exercise.toml it comes from, named when an edit no longer matches
 
     def apply(self, source: str, where: str = "the buggy script") -> str:
         for edit in self.edits:
@@ -44,7 +45,7 @@ class WrongFix:
                 raise OomLabError(
                     f"Wrong fix {self.name!r}: its edit expects to find {edit.find!r} exactly once "
                     f"in {where}, found it {count} times.",
-                    "Update the edit in exercise.toml to match the script.",
+                    f"Update the edit in {self.manifest or 'exercise.toml'} to match the script.",
                 )
             source = source.replace(edit.find, edit.replace)
         return source
@@ -153,7 +154,9 @@ def load_exercise(manifest: Path, root: Path) -> Exercise:
         )
         if not edits:
             raise OomLabError(f"{where} has no edits.", "A wrong fix changes the buggy script somehow.")
-        wrong_fixes.append(WrongFix(_require(entry, "name", str, where), expect, _require(entry, "why", str, where), edits))
+        wrong_fixes.append(
+            WrongFix(_require(entry, "name", str, where), expect, _require(entry, "why", str, where), edits, manifest)
+        )
 
     return Exercise(
         id=ex_id,
@@ -163,10 +166,10 @@ def load_exercise(manifest: Path, root: Path) -> Exercise:
         step=step,
         file=_require(data, "file", str, manifest),
         budget_bytes=budget,
-        alloc_conf=data.get("alloc_conf", ""),
+        alloc_conf=_require(data, "alloc_conf", str, manifest) if "alloc_conf" in data else "",
         time_limit_s=_require(data, "time_limit_s", float, manifest),
         symptom=symptom,
-        summary=_require(data, "summary", str, manifest).strip(),
+        summary=" ".join(_require(data, "summary", str, manifest).split()),  # one paragraph, wrapped by whoever shows it
         hints=tuple(h.strip() for h in hints),
         checks=checks,
         wrong_fixes=tuple(wrong_fixes),

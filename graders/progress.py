@@ -34,12 +34,12 @@ class Progress:
         if self.path.is_file():
             try:
                 loaded = json.loads(self.path.read_text(encoding="utf-8"))
-                if not isinstance(loaded, dict):
-                    raise ValueError("not a JSON object")
+                if not isinstance(loaded, dict) or not all(isinstance(loaded.get(k, {}), dict) for k in self.data):
+                    raise ValueError("not the shape of a state file")
                 self.data.update({k: loaded.get(k, {}) for k in self.data})
             except ValueError:
                 # A damaged state file costs the progress record, never the learner's code.
-                backup = self.path.with_suffix(f".damaged-{int(time.time())}.json")
+                backup = self.path.with_suffix(f".damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json")
                 shutil.move(self.path, backup)
 
     def save(self) -> None:
@@ -64,21 +64,48 @@ def pristine_path(ex: Exercise) -> Path:
     return ex.root / ".oomlab" / "originals" / ex.id / ex.file
 
 
+def _from_git(ex: Exercise) -> str | None:
+    """The exercise at git's HEAD when the course is a checkout, else None."""
+    rel = ex.learner_path.relative_to(ex.root).as_posix()
+    try:
+        return subprocess.run(
+            ["git", "show", f"HEAD:./{rel}"], cwd=ex.root, capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def pristine_source(ex: Exercise) -> str:
-    """The exercise as shipped: kept at first sight, from git's HEAD when the course is a checkout."""
+    """The exercise as shipped.
+
+    In a git checkout that is the file at HEAD, so a course update is picked up
+    (and work the learner commits becomes their new starting point). Elsewhere it
+    is the copy kept at first sight under ``.oomlab/originals/``.
+    """
+    if (source := _from_git(ex)) is not None:
+        return source
     path = pristine_path(ex)
     if not path.is_file():
-        rel = ex.learner_path.relative_to(ex.root).as_posix()
-        try:
-            source = subprocess.run(
-                ["git", "show", f"HEAD:{rel}"], cwd=ex.root, capture_output=True, text=True, check=True
-            ).stdout
-        except (OSError, subprocess.CalledProcessError):
-            if not ex.learner_path.is_file():
-                raise OomLabError(f"{ex.learner_path} is missing and no original copy was kept.", "Restore it from the course repository.") from None
-            source = ex.learner_path.read_text(encoding="utf-8")
-        write_atomic(path, source)
+        if not ex.learner_path.is_file():
+            raise OomLabError(
+                f"{ex.learner_path} is missing and no original copy was kept.", "Restore it from the course repository."
+            )
+        write_atomic(path, ex.learner_path.read_text(encoding="utf-8"))
     return path.read_text(encoding="utf-8")
+
+
+def keep_originals(exercises) -> None:
+    """Keep each exercise's original at first sight, before the learner can edit it.
+
+    Without git, the learner's file is the only copy of the original: kept only
+    at the first reset, an edit made before it would be kept as the "original".
+    """
+    for ex in exercises:
+        if ex.learner_path.is_file() and not pristine_path(ex).is_file():
+            try:
+                pristine_source(ex)
+            except OSError:  # a read-only course folder: reset will say what it cannot do
+                pass
 
 
 def reset(ex: Exercise) -> Path | None:

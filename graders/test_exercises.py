@@ -13,7 +13,8 @@ import pytest
 
 from graders.course import Course
 from graders.grading import Report, grade
-from graders.progress import pristine_path, pristine_source
+from graders.progress import pristine_source
+from graders.verify import write_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = Course(ROOT)
@@ -33,13 +34,6 @@ def solutions(request) -> bool:
     return request.config.getoption("--solutions")
 
 
-def write_variant(ex, name: str, source: str) -> Path:
-    path = ex.root / ".oomlab" / "variants" / ex.id / name / ex.file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source, encoding="utf-8")
-    return path
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("ex", COURSE.exercises, ids=lambda e: e.id)
 def test_exercise_passes(ex, solutions):
@@ -52,8 +46,7 @@ def test_exercise_passes(ex, solutions):
 def test_seeded_bug_fails_with_its_symptom(ex, solutions):
     if not solutions:
         pytest.skip("a check of the course itself: run with --solutions")
-    pristine_source(ex)
-    report = grade(ex, pristine_path(ex))
+    report = grade(ex, write_variant(ex, "original", pristine_source(ex)))
     assert not report.passed and ex.symptom in report.failed(), explain(report)
 
 

@@ -18,10 +18,17 @@ from typing import Callable
 
 from graders.grading import Report, grade, machine_error
 from graders.harness import MACHINE_PROBLEMS
-from graders.progress import pristine_path, pristine_source
+from graders.progress import pristine_source, write_atomic
 from graders.reference import measure_reference
 
 FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries")
+
+
+def write_variant(ex, name: str, source: str) -> Path:
+    """A variant of the exercise's script (the original, a wrong fix, a cheat), where a grader can run it."""
+    path = ex.root / ".oomlab" / "variants" / ex.id / name / ex.file
+    write_atomic(path, source)
+    return path
 
 
 def summarize(report: Report, expect: str | None) -> dict:
@@ -55,14 +62,12 @@ def verify_exercise(ex, note: Callable[[str], None] = lambda _: None):
     note(f"{ex.id}: solution, graded")
     solution = grade(ex, ex.solution_path, reference=ref)
     note(f"{ex.id}: buggy script")
-    pristine_source(ex)
-    buggy = grade(ex, pristine_path(ex), reference=ref)
+    original = pristine_source(ex)
+    buggy = grade(ex, write_variant(ex, "original", original), reference=ref)
     wrong = []
     for fix in ex.wrong_fixes:
         note(f"{ex.id}: wrong fix {fix.name}")
-        path = ex.root / ".oomlab" / "wrong-fixes" / ex.id / fix.name / ex.file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(fix.apply(pristine_source(ex)), encoding="utf-8")
+        path = write_variant(ex, fix.name, fix.apply(original))
         wrong.append({"name": fix.name, **summarize(grade(ex, path, reference=ref), fix.expect)})
     row = {
         "id": ex.id,
