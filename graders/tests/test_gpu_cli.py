@@ -28,7 +28,8 @@ def course(tmp_path) -> Path:
 
 
 def oomlab(course: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OOMLAB_ROOT": str(course), "COLUMNS": "200"}
+    # PYTHONPATH: the graders under test, whether or not the course is installed.
+    env = {**os.environ, "OOMLAB_ROOT": str(course), "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "graders", *args], cwd=course, env=env, capture_output=True, text=True, timeout=600)
 
 
