@@ -237,7 +237,10 @@ def solution(exercise: str = typer.Argument(..., help="exercise id or number")) 
             tofile=f"solutions/{ex.id}/{ex.file}",
         )
     )
-    console.print(Syntax(diff, "diff", theme="ansi_dark"))
+    if diff:
+        console.print(Syntax(diff, "diff", theme="ansi_dark"))
+    else:  # the original was first seen already fixed (no git): show the whole reference fix
+        console.print(Syntax(fixed, "python", theme="ansi_dark", line_numbers=True))
     console.print(Text(f"Whole file: {relpath(ex.solution_path, ex.root)}", style="dim"))
 
 
