@@ -27,6 +27,7 @@ import runpy
 import sys
 import time
 import traceback
+from pathlib import Path
 
 MIN_TORCH = (2, 4)
 
@@ -94,12 +95,14 @@ def run(spec: dict, result: dict) -> None:
     except ImportError:
         pass
 
+    tool = start_tool(torch, spec.get("tool"), result)
     script = os.path.abspath(spec["script"])
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = os.path.dirname(script)
+    script_globals, tool_finished = None, False
     start = time.perf_counter()
     try:
-        runpy.run_path(script, run_name="__main__")
+        script_globals = runpy.run_path(script, run_name="__main__")
         result.update(status="ok", message="")
     except SystemExit as exc:
         code = exc.code
@@ -116,9 +119,15 @@ def run(spec: dict, result: dict) -> None:
             **learner_frame(exc, script),
         )
         result["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+        if tool is not None:  # here, while the failed frames and their locals are still alive
+            result["wall_s"] = time.perf_counter() - start
+            finish_tool(torch, tool, spec["tool"], exc, None, result)
+            tool_finished = True
     if cuda:
         torch.cuda.synchronize()
-    result["wall_s"] = time.perf_counter() - start
+    result.setdefault("wall_s", time.perf_counter() - start)
+    if tool is not None and not tool_finished:
+        finish_tool(torch, tool, spec["tool"], None, script_globals, result)
 
     if stats is not None:
         result["stats"] = read_stats(stats())
@@ -127,14 +136,39 @@ def run(spec: dict, result: dict) -> None:
     result["workload"] = observer.summary()
 
 
-def setup_budget(torch, budget: int, result: dict) -> bool:
-    """Cap the caching allocator at the exercise's budget; refuse GPUs that cannot hold it."""
+def start_tool(torch, tool_spec: dict | None, result: dict):
+    """Load and start the probe of an ``oomlab`` tool (graders/tools/<name>.py), if one was asked for."""
+    if not tool_spec:
+        return None
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # after the script's folder
+    try:
+        import importlib
+
+        tool = importlib.import_module(f"graders.tools.{tool_spec['name']}")
+        tool.start(torch, Path(tool_spec["out_dir"]), tool_spec.get("options", {}))
+        return tool
+    except Exception as err:  # the run goes on unprobed; the parent says why
+        result["tool_error"] = f"{tool_spec['name']} could not start: {type(err).__name__}: {err}"
+        return None
+
+
+def finish_tool(torch, tool, tool_spec: dict, exc, script_globals, result: dict) -> None:
+    try:
+        tool.finish(torch, Path(tool_spec["out_dir"]), exc, script_globals)
+    except Exception as err:
+        result["tool_error"] = f"{tool_spec['name']} failed: {type(err).__name__}: {err}"
+
+
+def setup_budget(torch, budget: int | None, result: dict) -> bool:
+    """Cap the caching allocator at the budget (none for a script run without one); refuse GPUs that cannot hold it."""
     device = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(device)
     result["gpu"] = props.name
     result["gpu_total_bytes"] = props.total_memory
     free, _ = torch.cuda.mem_get_info(device)
     result["gpu_free_bytes"] = free
+    if budget is None:
+        return True
     if props.total_memory < budget:
         result.update(status="gpu_too_small", message=f"{props.name} has {props.total_memory} bytes, the budget is {budget}")
         return False

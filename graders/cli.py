@@ -298,6 +298,147 @@ def verify(
     console.print(Text(f"All as expected ({report['wall_s']} s).", style="green"))
 
 
+TARGET_HELP = "an exercise id or number, or a script and its arguments (put -- before options meant for the script)"
+BUDGET_HELP = "memory cap such as 2GiB (default: the exercise's budget; a script runs uncapped)"
+TOOL_CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+def tool_module(name: str):
+    import importlib
+
+    return importlib.import_module(f"graders.tools.{name}")
+
+
+def run_and_show(name: str, target, out: Path | None) -> dict:
+    """Run one tool on the target, print what it found and draw its pictures."""
+    from graders.workflow import run_tool
+
+    with console.status(f"{name}: running {target.label} with the probe in a fresh process…"):
+        m, result = run_tool(target, name, out)
+    run = result["run"]
+    ended = f"OOM at {run['where']}" if m.oom else ("finished" if m.status == "ok" else f"{m.status} {run['where']}")
+    console.rule(f"{name} · {target.label} · {ended} · {run['wall_s'] or 0:.1f} s")
+    module = tool_module(name)
+    for part in module.render(result):
+        console.print(part)
+    if result.get("error"):
+        console.print(Text(f"The probe reported a problem: {result['error']}", style="yellow"))
+    try:
+        pictures = module.draw(result, Path(result["out_dir"]))
+    except Exception as err:  # a picture is a bonus: the findings above stand without it
+        pictures = []
+        console.print(Text(f"Could not draw the pictures: {type(err).__name__}: {err}", style="yellow"))
+    for picture in pictures:
+        console.print(Text(f"Picture: {picture}", style="dim"))
+    return result
+
+
+@app.command(context_settings=TOOL_CONTEXT)
+def snapshot(
+    target: list[str] = typer.Argument(..., help=TARGET_HELP),
+    budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
+    out: Optional[Path] = typer.Option(None, help="folder for the snapshot, report and pictures"),
+    time_limit: Optional[float] = typer.Option(None, help="seconds before the run is stopped"),
+) -> None:
+    """Step 1: record the allocator's history, dump a snapshot at the OOM or the end, and explain the fragmentation.
+
+    Given a snapshot file (.pickle) instead of a target, it analyzes that file without running anything.
+    """
+    from graders.workflow import resolve
+
+    if target[0].endswith((".pickle", ".pkl")):
+        show_snapshot_file(Path(target[0]), out)
+        return
+    result = run_and_show("snapshot", resolve(target, budget, time_limit), out)
+    pickle_path = Path(result["out_dir"]) / "snapshot.pickle"
+    if pickle_path.is_file():
+        console.print(
+            Text(
+                f"Snapshot: {pickle_path}. PyTorch's viewer (https://pytorch.org/memory_viz, needs the internet) opens it; "
+                f"offline, `python -m torch.cuda._memory_viz stats {pickle_path}` prints its totals.",
+                style="dim",
+            )
+        )
+
+
+def show_snapshot_file(path: Path, out: Path | None) -> None:
+    """Analyze a snapshot dumped earlier (by this tool or by torch.cuda.memory._dump_snapshot)."""
+    from graders.tools import snapshot as tool
+
+    result = tool.analyze(tool.load_snapshot(path))
+    out_dir = out or path.with_suffix("")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    console.rule(f"snapshot · {path.name}")
+    for part in tool.render(result):
+        console.print(part)
+    for picture in tool.draw(result, out_dir):
+        console.print(Text(f"Picture: {picture}", style="dim"))
+
+
+@app.command(context_settings=TOOL_CONTEXT)
+def hunt(
+    target: list[str] = typer.Argument(..., help=TARGET_HELP),
+    budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
+    out: Optional[Path] = typer.Option(None, help="folder for the report and picture"),
+    time_limit: Optional[float] = typer.Option(None, help="seconds before the run is stopped"),
+) -> None:
+    """Step 2: find GPU memory that outlives its step and name the object that holds it."""
+    from graders.workflow import resolve
+
+    run_and_show("hunt", resolve(target, budget, time_limit), out)
+
+
+@app.command(context_settings=TOOL_CONTEXT)
+def profile(
+    target: list[str] = typer.Argument(..., help=TARGET_HELP),
+    budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
+    out: Optional[Path] = typer.Option(None, help="folder for the report and picture"),
+    time_limit: Optional[float] = typer.Option(None, help="seconds before the run is stopped"),
+) -> None:
+    """Step 3: profile memory by operator and category, and name the op and line at the peak."""
+    from graders.workflow import resolve
+
+    run_and_show("profile", resolve(target, budget, time_limit), out)
+
+
+@app.command(context_settings=TOOL_CONTEXT)
+def diagnose(
+    target: list[str] = typer.Argument(..., help=TARGET_HELP),
+    budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
+    out: Optional[Path] = typer.Option(None, help="folder for all three tools' results"),
+    time_limit: Optional[float] = typer.Option(None, help="seconds before each run is stopped"),
+) -> None:
+    """All three steps in order, then one summary: what to fix first."""
+    from graders.workflow import TOOLS, default_out_dir, resolve, summarize
+
+    resolved = resolve(target, budget, time_limit)
+    base = out or default_out_dir(resolved, "diagnose")
+    results = {name: run_and_show(name, resolved, base / name) for name in TOOLS}
+    verdict = summarize(results)
+    (base / "diagnose.json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+    body = Text()
+    for name, finding in verdict["findings"].items():
+        body.append(f"{name:<9}", style="bold")
+        body.append(f"{finding['kind']:<16}", style="cyan")
+        body.append(f"{finding['headline']}\n")
+    body.append("\nFix first: ", style="bold")
+    body.append(f"{verdict['headline']}\n{verdict['advice']}\n\n")
+    body.append(verdict["then"], style="dim")
+    console.print(Panel(body, title=f"diagnose · {resolved.label}", title_align="left", border_style="cyan"))
+
+
+@app.command()
+def figures(out: Path = typer.Option(Path("course/figures"), help="where the site's pictures go")) -> None:
+    """Regenerate the course site's pictures from real runs: each exercise's tool on its seeded bug."""
+    from graders.figures import regenerate
+
+    course, _ = load()
+    with console.status("Running each exercise's tool…") as status:
+        written = regenerate(course, out, note=lambda s: status.update(s))
+    for path in written:
+        console.print(f"Wrote {relpath(path, course.root)}")
+
+
 @app.command(hidden=True)
 def version() -> None:
     console.print(__version__)

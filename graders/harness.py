@@ -52,7 +52,8 @@ class Measurement:
     gpu_free_bytes: int = 0
     torch: str = ""
     cuda: str | None = None
-    budget_bytes: int = 0
+    budget_bytes: int | None = 0
+    tool_error: str = ""
     stdout: str = ""
     stderr: str = ""
 
@@ -115,17 +116,21 @@ def child_env(alloc_conf: str) -> dict:
 def measure(
     script: Path,
     *,
-    budget_bytes: int,
+    budget_bytes: int | None,
     alloc_conf: str = "",
     time_limit_s: float = 120,
     seed: int = 0,
     args: tuple[str, ...] = (),
     require_cuda: bool = True,
+    tool: dict | None = None,
 ) -> Measurement:
     """Run ``script`` once under the budget in a fresh process and measure it.
 
     ``require_cuda=False`` runs it without a GPU and without memory figures; the
     project's own tests use it to exercise every way a run can end on CI.
+    ``budget_bytes=None`` runs it uncapped (a script that is not an exercise).
+    ``tool`` names a probe from graders/tools to run around the script:
+    ``{"name": "snapshot", "out_dir": "...", "options": {...}}``.
     """
     script = Path(script).resolve()
     if not script.is_file():
@@ -143,6 +148,7 @@ def measure(
             "seed": seed,
             "require_cuda": require_cuda,
             "result_path": str(tmp / "result.json"),
+            "tool": tool,
         }
         (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         out, err = tmp / "stdout.txt", tmp / "stderr.txt"

@@ -40,7 +40,8 @@ def figures_table(m: Measurement) -> Table:
         value = stats.get(key)
         shown = str(value) if key in ("retries", "ooms") else mib(value)
         table.add_row(label, shown, meaning)
-    table.add_row("budget", mib(m.budget_bytes), "the exercise's cap (set_per_process_memory_fraction)")
+    budget = mib(m.budget_bytes) if m.budget_bytes else "none"
+    table.add_row("budget", budget, "the cap the run had (set_per_process_memory_fraction)")
     return table
 
 
@@ -101,6 +102,18 @@ def script_failure(m: Measurement, ex: Exercise) -> Panel:
     tail = "\n".join(m.stderr.splitlines()[-6:]) if m.status in ("error", "crashed") and not m.line_no else ""
     parts = [text] + ([Text("\nLast lines on stderr:\n" + tail, style="dim")] if tail else [])
     return Panel(Group(*parts), title=title, border_style="red", title_align="left")
+
+
+def script_failure_text(m: Measurement) -> str:
+    """How a run ended, in one line, for messages that have no room for a panel."""
+    where = f" at {m.where}" if m.where else ""
+    first = (m.message.splitlines() or [""])[0][:300]
+    return {
+        "missing": "the file does not exist",
+        "syntax": f"syntax error{where}: {first}",
+        "timeout": first,
+        "crashed": first,
+    }.get(m.status, f"{m.status}{where}: {first}")
 
 
 def notes(m: Measurement, ex: Exercise) -> list[str]:

@@ -35,6 +35,7 @@ from graders.errors import OomLabError  # noqa: E402
 from graders.manifest import MIB, STEPS, Exercise  # noqa: E402
 
 VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
+FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab figures`
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
 
 # The three workflow steps, as workflow.md titles them; its headings carry these ids.
@@ -54,7 +55,7 @@ FIGURES = (  # (verify.json key, column heading)
 FRONT_MATTER = "---\nhide:\n  - toc\n---\n\n"
 
 # Per build: the exercises in course order and the parsed verify.json.
-_state: dict = {"exercises": [], "report": None, "report_problem": ""}
+_state: dict = {"exercises": [], "report": None, "report_problem": "", "figures": {}}
 
 
 # --------------------------------------------------------------------------- formatting
@@ -281,6 +282,7 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
         md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
 
     md += measurement_section(ex)
+    md += figure_section(ex)
     md += wrong_fix_section(ex)
     return FRONT_MATTER + "\n".join(md) + "\n"
 
@@ -320,6 +322,29 @@ def measurement_section(ex: Exercise) -> list[str]:
         message = buggy["message"] + (" …" if len(buggy["message"]) >= 300 else "")
         md += [f"The buggy script's error{where} (first line, as recorded):", "", "> " + _escape(message), ""]
 
+    return md
+
+
+def figure_section(ex: Exercise) -> list[str]:
+    """The pictures `oomlab figures` drew for this exercise, with the tool's own one-line finding."""
+    index = _state["figures"]
+    shown = [f for f in index.get("figures", {}).values() if f.get("exercise") == ex.id and f.get("files")]
+    if not shown:
+        return []
+    uri = page_uri(ex)
+    tool = shown[0]["tool"]
+    md = [
+        f"## What `oomlab {tool}` shows",
+        "",
+        f"Drawn by `oomlab figures` on {index.get('gpu', '?')}, torch {index.get('torch', '?')}, "
+        f"{str(index.get('created', '?'))[:10]}: the tool run on the buggy script and on the reference fix.",
+        "",
+    ]
+    for figure in sorted(shown, key=lambda f: f["variant"] != "bug"):
+        label = "The buggy script" if figure["variant"] == "bug" else "The reference fix"
+        md += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
+        for name in figure["files"]:
+            md += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
     return md
 
 
@@ -420,6 +445,8 @@ def on_config(config):
     except OomLabError as err:
         raise PluginError(str(err)) from None
     _state["report"], _state["report_problem"] = load_report(Path(config.docs_dir))
+    figures = Path(config.docs_dir) / FIGURES_JSON
+    _state["figures"] = json.loads(figures.read_text(encoding="utf-8")) if figures.is_file() else {}
     if _state["report_problem"]:
         log.info(_state["report_problem"])
 

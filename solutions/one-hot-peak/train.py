@@ -2,7 +2,7 @@
 
 The model is tiny, yet every step needs several times more memory than its
 weights, gradients and optimizer state, and the run dies with CUDA out of
-memory in its first step. Profile the step, find the line at its peak, and
+memory within its first steps. Profile a step, find the line at its peak, and
 make the peak go away without changing the model, the data or the loss.
 """
 
