@@ -274,7 +274,7 @@ def test_explicit_request_wins_over_the_trace(train_py):
     r = tool.analyze(fragmented(train_py), failed_request=8 * MIB)
     assert r["oom"]["failed_request"] == 8 * MIB and r["oom"]["source"] == "argument"
     assert r["oom"]["fits_in_a_free_block"]  # 8 MiB fits in a 12 MiB hole
-    assert any("free block was large enough" in n for n in r["notes"])
+    assert any("free block large enough for the failed request" in n for n in r["notes"])
 
 
 # --------------------------------------------------------------------------- timeline

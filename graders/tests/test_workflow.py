@@ -140,3 +140,38 @@ def test_tools_bad_input_gets_one_message(tmp_path):
         done = oomlab(tmp_path, *args)
         out = " ".join((done.stdout + done.stderr).split())
         assert done.returncode == 2 and message in out, (args, out)
+
+
+def fake_run(monkeypatch, tmp_path, **measured):
+    """run_tool with the measuring process replaced: what the probe wrote and how the run ended are given."""
+    from graders import workflow
+    from graders.harness import Measurement
+
+    def fake_measure(script, tool, **kwargs):
+        out = Path(tool["out_dir"])
+        (out / f"{tool['name']}.json").write_text(json.dumps({"tool": tool["name"], "kind": "none", "headline": "", "culprit_bytes": 0}))
+        return Measurement(script=str(script), **measured)
+
+    monkeypatch.setattr(workflow, "measure", fake_measure)
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    return workflow.run_tool(resolve([str(script)]), "hunt", tmp_path / "out")
+
+
+def test_a_script_that_never_touches_the_gpu_is_named(monkeypatch, tmp_path):
+    stats = {"peak_allocated": 0, "peak_reserved": 0, "ooms": 0}
+    with pytest.raises(OomLabError, match="without allocating any GPU memory"):
+        fake_run(monkeypatch, tmp_path, status="ok", stats=stats)
+
+
+def test_a_script_that_cannot_run_is_named(monkeypatch, tmp_path):
+    with pytest.raises(OomLabError, match="syntax error at train.py:3"):
+        fake_run(monkeypatch, tmp_path, status="syntax", message="invalid syntax", line_no=3)
+    with pytest.raises(OomLabError, match="ran longer than"):
+        fake_run(monkeypatch, tmp_path, status="timeout", message="the script ran longer than its limit of 5 s")
+
+
+def test_a_finished_run_carries_its_figures(monkeypatch, tmp_path):
+    m, result = fake_run(monkeypatch, tmp_path, status="ok", stats={"peak_allocated": 1 << 20, "ooms": 0}, wall_s=1.5)
+    assert result["run"]["status"] == "ok" and result["run"]["peak_allocated"] == 1 << 20
+    assert Path(result["out_dir"]).name == "out"

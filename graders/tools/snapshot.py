@@ -488,8 +488,9 @@ def analyze(
         )
         if oom["fits_in_a_free_block"]:
             notes.append(
-                "A free block was large enough for the failed request; it may sit on another stream "
-                "or be an oversize block that max_split_size_mb keeps from being used."
+                "The snapshot now has a free block large enough for the failed request. It was taken after the "
+                "failed operation gave back its temporaries, so that block may have been in use at the moment of "
+                "the OOM; or it sits on another stream, or max_split_size_mb keeps it from being split."
             )
 
     pinned_rows = [s for s in segments if s["pinned"]]
