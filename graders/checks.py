@@ -11,13 +11,7 @@ from dataclasses import dataclass
 
 from graders.errors import OomLabError
 from graders.harness import Measurement
-
-MIB = 1 << 20
-
-
-def mib(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / MIB:,.1f} MiB"
-
+from graders.units import MIB, mib
 
 @dataclass(frozen=True)
 class CheckResult:

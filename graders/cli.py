@@ -375,30 +375,25 @@ def show_snapshot_file(path: Path, out: Path | None) -> None:
         console.print(Text(f"Picture: {picture}", style="dim"))
 
 
-@app.command(context_settings=TOOL_CONTEXT)
-def hunt(
-    target: list[str] = typer.Argument(..., help=TARGET_HELP),
-    budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
-    out: Optional[Path] = typer.Option(None, help="folder for the report and picture"),
-    time_limit: Optional[float] = typer.Option(None, help="seconds before the run is stopped"),
-) -> None:
-    """Step 2: find GPU memory that outlives its step and name the object that holds it."""
-    from graders.workflow import resolve
+def tool_command(name: str, doc: str) -> None:
+    """Register ``oomlab NAME TARGET``: one tool, run once on the target."""
 
-    run_and_show("hunt", resolve(target, budget, time_limit), out)
+    def command(
+        target: list[str] = typer.Argument(..., help=TARGET_HELP),
+        budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
+        out: Optional[Path] = typer.Option(None, help="folder for the report and picture"),
+        time_limit: Optional[float] = typer.Option(None, help="seconds before the run is stopped"),
+    ) -> None:
+        from graders.workflow import resolve
+
+        run_and_show(name, resolve(target, budget, time_limit), out)
+
+    command.__doc__ = doc
+    app.command(name, context_settings=TOOL_CONTEXT)(command)
 
 
-@app.command(context_settings=TOOL_CONTEXT)
-def profile(
-    target: list[str] = typer.Argument(..., help=TARGET_HELP),
-    budget: Optional[str] = typer.Option(None, help=BUDGET_HELP),
-    out: Optional[Path] = typer.Option(None, help="folder for the report and picture"),
-    time_limit: Optional[float] = typer.Option(None, help="seconds before the run is stopped"),
-) -> None:
-    """Step 3: profile memory by operator and category, and name the op and line at the peak."""
-    from graders.workflow import resolve
-
-    run_and_show("profile", resolve(target, budget, time_limit), out)
+tool_command("hunt", "Step 2: find GPU memory that outlives its step and name the object that holds it.")
+tool_command("profile", "Step 3: profile memory by operator and category, and name the op and line at the peak.")
 
 
 @app.command(context_settings=TOOL_CONTEXT)

@@ -8,8 +8,8 @@ import re
 import sys
 
 from graders.errors import OomLabError
+from graders.units import GIB
 
-GIB = 1 << 30
 
 
 def diagnose() -> tuple[list[tuple[str, str, str]], bool]:

@@ -10,8 +10,8 @@ from graders.errors import OomLabError
 from graders.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, Measurement, measure_exercise_file
 from graders.manifest import Exercise
 from graders.reference import reference_for
+from graders.units import GIB
 
-GIB = 1 << 30
 
 
 @dataclass

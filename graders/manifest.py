@@ -17,9 +17,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from graders.errors import OomLabError
+from graders.units import MIB
 
 STEPS = ("snapshot", "hunt", "profile")
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from graders.errors import OomLabError
+from graders.units import MIB
 
-MIB = 1 << 20
 HOUR_S = 3600.0
 
 # Keys of the flat dict that torch.cuda.memory_stats() returns.

@@ -32,7 +32,8 @@ if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders
     sys.path.insert(0, str(_ROOT))
 
 from graders.errors import OomLabError  # noqa: E402
-from graders.manifest import MIB, STEPS, Exercise  # noqa: E402
+from graders.manifest import STEPS, Exercise  # noqa: E402
+from graders.units import MIB  # noqa: E402
 
 VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
 FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab figures`

@@ -41,10 +41,10 @@ import types
 import warnings
 import weakref
 from pathlib import Path
+from graders.units import MIB
 
 TOOL = "hunt"
 CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED, without importing inspect into the learner's process
-MIB = 1 << 20
 MAX_DEPTH = 12  # ordinary references from a root; autograd edges do not count
 MAX_NODES = 200_000
 MAX_STEPS = 100_000  # allocated-bytes samples kept, one int per optimizer step

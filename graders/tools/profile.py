@@ -39,9 +39,9 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from graders.units import MIB
 
 TOOL = "profile"
-MIB = 1 << 20
 MAX_POINTS = 2000
 TOP_OPS = 10
 

@@ -39,9 +39,9 @@ import sys
 from pathlib import Path
 
 from graders.errors import OomLabError
+from graders.units import MIB, mib
 
 TOOL = "snapshot"
-MIB = 1 << 20
 SMALL_REQUEST_MAX = 1 << 20  # kSmallSize: requests up to 1 MiB come from the small pool
 PICKLE_PROTOCOL = 4  # PyTorch's web viewer cannot read protocol 5 pickles
 DEFAULT_MAX_ENTRIES = 200_000
@@ -758,10 +758,6 @@ def _verdict(totals: dict, oom: dict, groups: list, owners: list, budget: int | 
         f"{mib(stranded)} free but not releasable."
     )
     return {"kind": kind, "headline": headline, "culprit_bytes": 0}
-
-
-def mib(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / MIB:,.1f} MiB"
 
 
 def size_text(n: int) -> str:
