@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import shutil
 import sys
 import time
 import traceback
@@ -86,6 +87,8 @@ def overview(ctx: typer.Context) -> None:
         return
     console.print(Panel(Text(ex.summary), title=f"Now: {ex.id}: {ex.title}", title_align="left"))
     console.print(next_steps(ex))
+    if shutil.which("nvidia-smi") is None:  # cheap: the overview does not import torch
+        console.print(Text("No NVIDIA driver on this machine: `run` and `check` need a GPU. `oomlab doctor` says more.", style="yellow"))
 
 
 @app.command("list")
