@@ -14,9 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from graders import production  # noqa: E402
 from graders.errors import OomLabError  # noqa: E402
 from graders.production import AllocatorMonitor, Decision, RestartPolicy, RetryRate  # noqa: E402
+from graders.units import GIB, MIB  # noqa: E402
 
-MIB = 1 << 20
-GIB = 1 << 30
 
 
 def fake_stats(**changes) -> dict:

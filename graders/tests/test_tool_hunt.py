@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from graders.tools import hunt  # noqa: E402
+from graders.units import MIB  # noqa: E402
 
 B, D_IN, D_HIDDEN = 64, 32, 256
 
@@ -368,7 +369,6 @@ def holder(name, type_, *, direct=0, graph=0, state=0, tensors=0, saved=0, graph
             "graphs": graphs, "largest_path": name, "largest_bytes": direct, "tensor_root": tensor_root, "label": label}
 
 
-MIB = hunt.MIB
 
 
 def test_a_big_container_that_did_not_grow_is_held_not_leaked():

@@ -25,11 +25,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from graders.tools import profile  # noqa: E402
+from graders.units import GIB, MIB  # noqa: E402
 
 VOCAB, BATCH = 4096, 256
 ONE_HOT_BYTES = BATCH * VOCAB * 8 + BATCH * VOCAB * 4  # the int64 one-hot and its float copy
-MIB = 1 << 20
-GIB = 1 << 30
 
 SCRIPT = """
 import torch

@@ -21,8 +21,8 @@ import pytest
 
 from graders.errors import OomLabError
 from graders.tools import snapshot as tool
+from graders.units import MIB
 
-MIB = 1 << 20
 TORCH_LIB = "/opt/torch/.venv/lib/python3.12/site-packages/torch"
 TRAIN_PY = textwrap.dedent(
     """\
