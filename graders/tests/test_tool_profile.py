@@ -128,7 +128,7 @@ def test_top_ops_contain_the_one_hot(result):
 def test_timeline_has_categories_and_holds_the_peak(result):
     timeline = result["timeline"]
     assert result["memory_model"]["available"] is True
-    assert timeline["source"] == "memory_model"
+    assert timeline["source"] == "categories"
     assert {"parameters", "optimizer_state"} <= set(timeline["bytes"])
     n = len(timeline["times_ms"])
     assert 0 < n <= profile.MAX_POINTS
@@ -162,7 +162,7 @@ def test_draw_writes_a_png(result, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
-def test_without_the_memory_model_falls_back_to_the_total(tmp_path, monkeypatch):
+def test_without_the_memory_model_tensors_are_named_by_their_lifetime(tmp_path, monkeypatch):
     from torch.profiler import _memory_profiler
 
     def unavailable(*args, **kwargs):
@@ -171,16 +171,36 @@ def test_without_the_memory_model_falls_back_to_the_total(tmp_path, monkeypatch)
     monkeypatch.setattr(_memory_profiler, "MemoryProfile", unavailable)
     result = profiled(tmp_path)
     assert "error" not in result, result.get("error_traceback")
-    assert result["memory_model"] == {"available": False, "error": "RuntimeError: memory model unavailable"}
-    assert any("total only" in note for note in result["notes"])
+    assert result["memory_model"]["available"] is False
+    assert result["memory_model"]["error"] == "RuntimeError: memory model unavailable"
+    assert any("not told apart" in note for note in result["notes"])
+    assert any("named by when they lived" in note for note in result["notes"])
     timeline = result["timeline"]
-    assert timeline["source"] == "allocations"
-    assert set(timeline["bytes"]) == {"unknown"} and max(timeline["total"]) > ONE_HOT_BYTES
+    assert timeline["source"] == "categories"
+    assert {"activations", "temporaries", "autograd_detail"} <= set(timeline["bytes"])
     assert "aten::one_hot" in {row["op"] for row in result["top_ops"]}
-    # The allocation events alone still find the line.
-    assert result["peak"]["line"] == ONE_HOT_LINE
+    # The allocation events alone still find the line, and the peak's parts by lifetime:
+    # the int64 one-hot is freed as soon as it is copied (a temporary), the float copy
+    # is saved for backward (an activation).
+    peak = result["peak"]
+    assert peak["line"] == ONE_HOT_LINE
+    assert peak["by_category"]["temporaries"] >= BATCH * VOCAB * 8
+    assert peak["by_category"]["activations"] >= BATCH * VOCAB * 4
+    assert sum(peak["by_category"].values()) == peak["total_bytes"]
     assert result["kind"] == "transient-peak"
     assert profile.draw(result, tmp_path)[0].stat().st_size > 0
+
+
+def test_in_a_failed_step_without_the_memory_model_tensors_are_named_as_in_the_steps_before(tmp_path, monkeypatch):
+    # On CUDA the memory model names few forward tensors; a step that failed has no backward to tell by.
+    monkeypatch.setattr(profile, "_model_categories", lambda prof: (lambda fields: None))
+    result = profiled(tmp_path, fail_at=1)
+    assert "error" not in result, result.get("error_traceback")
+    assert result["memory_model"]["bytes_categorized_by"]["earlier_steps"] >= BATCH * VOCAB * 8
+    peak = result["peak"]
+    assert peak["in_failed_step"] and peak["line"] == ONE_HOT_LINE
+    assert peak["by_category"]["temporaries"] >= BATCH * VOCAB * 8  # the int64 one-hot, as in step 1
+    assert any("as in the steps before it" in note for note in result["notes"])
 
 
 def test_a_failed_run_is_profiled_up_to_the_failure(tmp_path):
@@ -290,6 +310,13 @@ def test_on_the_gpu_the_peak_and_top_ops_are_device_memory(tmp_path):
     assert peak["freed_after_peak_bytes"] >= ONE_HOT_BYTES
     one_hot = {row["op"]: row for row in result["top_ops"]}["aten::one_hot"]
     assert one_hot["largest_call_bytes"] >= BATCH * VOCAB * 8  # device bytes, not host bytes
+    # The memory model leaves most CUDA forward tensors unnamed; their lifetimes name them.
+    by_category = peak["by_category"]
+    assert by_category.get("unknown", 0) * 10 < peak["total_bytes"], by_category
+    # The int64 one-hot, freed once copied: a temporary, or an input (it is made from the targets).
+    assert by_category.get("temporaries", 0) + by_category.get("inputs", 0) >= BATCH * VOCAB * 8, by_category
+    # cuBLAS's workspace for backward's thread, made in backward and never freed, is no gradient.
+    assert by_category.get("gradients", 0) < 2 * by_category["parameters"], by_category
     assert profile.draw(result, tmp_path)[0].stat().st_size > 0
 
 
@@ -411,3 +438,38 @@ def test_downsample_keeps_the_peak_and_the_troughs():
     assert small["times_ms"][small["total"].index(1_000)] == 6_543 * 1000 / 1e6
     assert min(small["total"]) == 0
     assert set(small["bytes"]) == {"activations"}
+
+
+def test_lifetime_category():
+    backward, step_end = [100], [150]
+    cases = {
+        ("backward", 120, 130): "autograd_detail",
+        ("backward", 120, None): "kept",  # a .grad or a cuBLAS workspace outlives the step
+        ("optimizer", 140, 145): "temporaries",
+        ("optimizer", 140, 200): "optimizer_state",
+        ("forward", 10, 20): "temporaries",  # freed before backward starts
+        ("forward", 10, 120): "activations",  # freed by backward, within its step
+        ("forward", 10, None): "kept",  # outlives its step
+        ("forward", 10, 400): "kept",
+        ("forward", 200, 250): "temporaries",  # no backward after it, freed before the end
+        ("forward", 200, None): None,  # no backward after it, still live at the end: its fate is unknown
+    }
+    for (phase, t, freed), expected in cases.items():
+        assert profile.lifetime_category(phase, t, freed, backward, step_end, t_end=300) == expected, (phase, t, freed)
+
+
+def test_free_times_pair_frees_with_allocations_by_address():
+    allocs = [(1, 10, 0xA), (2, 5, 0xB), (3, -10, 0xA), (4, 7, 0xA), (5, -3, 0xC)]
+    assert profile.free_times(allocs) == {0: 3}
+
+
+def test_peak_window_enlarges_a_short_step_only():
+    result = {
+        "timeline": {"times_ms": [0.0, 300.0, 310.0, 320.0], "step_ends_ms": [300.0]},
+        "peak": {"time_ms": 315.0},
+        "failure": {"time_ms": 320.0},
+    }
+    start, end = profile.peak_window(result)
+    assert start < 300.0 < 320.0 < end < 330.0
+    result["timeline"]["step_ends_ms"] = [10.0]
+    assert profile.peak_window(result) is None  # the step is most of the run

@@ -5,8 +5,10 @@ shapes and Python stacks recorded, and writes ``profile.json``:
 
 - the operators that allocated the most memory;
 - the memory timeline of the profiled device, by category (parameters,
-  gradients, optimizer state, activations, temporaries, ...) when the
-  profiler's memory model can tell them apart, else the total alone;
+  gradients, optimizer state, activations, temporaries, ...): the profiler's
+  memory model names what it can; on CUDA it leaves most forward-pass tensors
+  unnamed (seen with torch 2.11 on an H200), so those are named by when they
+  lived (see :func:`lifetime_category`);
 - the peak: when it happened, how many bytes of each category were live, the
   operator whose allocation made it, the learner's line that called it, and
   the bytes live at that moment grouped by the line that allocated them (the
@@ -21,8 +23,8 @@ left alive (a cache, graphs kept in a list) then mark it ``"steady"``.
 
 The memory model (``torch.profiler._memory_profiler``) and the profiler's event
 tree are private APIs. Each is used behind a guard: when one is missing or
-fails, the JSON says so and the analysis falls back to what is left (the total
-timeline from the allocation events, then the operator table alone).
+fails, the JSON says so and the analysis falls back to what is left (the
+categories by lifetime alone, then the operator table alone).
 
 The parent-side half, :func:`render` and :func:`draw`, reads only the JSON.
 """
@@ -45,7 +47,8 @@ TOOL = "profile"
 MAX_POINTS = 2000
 TOP_OPS = 10
 
-# The memory model's categories, in the order the chart stacks them (persistent state first).
+# Categories, in the order the chart stacks them (persistent state first). The first seven are the
+# memory model's; "kept" (allocated in a forward pass, still live after its step) is ours.
 CATEGORIES = (
     "parameters",
     "gradients",
@@ -54,8 +57,10 @@ CATEGORIES = (
     "temporaries",
     "inputs",
     "autograd_detail",
+    "kept",
     "unknown",
 )
+_BACKWARD_OP = "autograd::engine::evaluate_function"
 _CATEGORY_NAMES = {
     "PARAMETER": "parameters",
     "GRADIENT": "gradients",
@@ -199,23 +204,15 @@ def analyse(session: _Session, exc: BaseException | None) -> dict:
     result["device"] = device
     result["top_ops"], result["top_ops_metric"] = _top_ops(prof, device, notes)
 
-    # The timeline: by category from the memory model, else the total from the allocation events.
-    deltas, model = None, {"available": False, "error": None}
-    if tree is not None:
-        try:
-            deltas = _memory_model_deltas(prof, device)
-            model["available"] = True
-        except Exception as err:
-            model["error"] = f"{type(err).__name__}: {err}"
-            notes.append(f"the profiler's memory model failed ({model['error']}): the timeline shows the total only")
-    result["memory_model"] = model
+    # The timeline: every allocation and free on the device, each with its tensor's category.
     dev_allocs = [a for a in allocations if a[3] == device]
-    if deltas is None:
-        deltas = [(t, "unknown", size) for t, size, _, _, _, _ in dev_allocs]
-    source = "memory_model" if model["available"] else ("allocations" if tree is not None else "none")
-
     step_ends = sorted(e.end_time_ns for e in events if _is_op(e) and e.name.startswith("Optimizer.step#"))
     result["steps_seen"] = len(step_ends)
+    calls = _python_calls(events, script)
+    categories, model = _categorize(prof, events, dev_allocs, step_ends, failed, script, calls, notes)
+    result["memory_model"] = model
+    deltas = [(a[0], category, a[1]) for a, category in zip(dev_allocs, categories) if category is not None]
+    source = "categories" if tree is not None else "none"
     times, levels = coalesce(deltas)
     if not times:
         result["timeline"] = {"source": source, "times_ms": [], "bytes": {}, "total": [], "step_ends_ms": []}
@@ -241,7 +238,7 @@ def analyse(session: _Session, exc: BaseException | None) -> dict:
     peak["freed_after_peak_bytes"] = None if after is None else max(0, totals[i] - after)
     earlier = [s for s in step_ends if s < times[i]]
     before = level_at(times, totals, earlier[-1]) if earlier else None
-    site, live = _peak_site(events, dev_allocs, times[i], script, notes)
+    site, live = _peak_site(dev_allocs, times[i], script, calls)
     peak.update(site)
     carried = None
     if after is None and live:
@@ -251,6 +248,8 @@ def analyse(session: _Session, exc: BaseException | None) -> dict:
         carried = carried_bytes(forwards, live, allocated_at, earlier[-1] if earlier else None, times[i])
     peak["carried_from_earlier_forwards_bytes"] = carried
     kind, basis = classify(totals[i], after, before, peak["by_category"], model["available"], carried)
+    if failed:
+        peak["window_start_ms"] = (earlier[-1] - t0) / 1e6 if earlier else 0.0
     peak["kind_basis"] = basis
     if failed:
         t_fail, live_at_fail = failure_point(dev_allocs, times, totals)
@@ -312,38 +311,152 @@ def _profiled_device(allocations) -> str:
     return "cpu"
 
 
-def _memory_model_deltas(prof, device: str) -> list[tuple[int, str, int]]:
-    """``(t_ns, category, signed bytes)`` for ``device`` from the profiler's memory model.
+def _categorize(prof, events, dev_allocs, step_ends, failed: bool, script: str, calls, notes: list) -> tuple[list, dict]:
+    """The category of every allocation on the device; a free gets its allocation's (``None``: not drawn).
 
-    Mirrors ``MemoryProfileTimeline._coalesce_timeline`` in torch, but keeps
-    nanoseconds and returns plain data. Raises when the private API is missing.
+    The memory model's category when it has one; else the category the
+    tensor's lifetime gives (:func:`lifetime_category`); else, for a tensor of
+    the failed step whose fate nobody saw, the category that tensors from the
+    same operator, line and size had in the completed steps.
     """
-    import torch
+    model: dict = {"available": False, "error": None}
+    known = None
+    try:
+        known = _model_categories(prof)
+        model["available"] = True
+    except Exception as err:
+        model["error"] = f"{type(err).__name__}: {err}"
+        notes.append(f"the profiler's memory model failed ({model['error']}): parameters, gradients and optimizer state are not told apart")
+    backward_starts = sorted(e.start_time_ns for e in events if _is_op(e) and e.name.startswith(_BACKWARD_OP))
+    optimizer_calls = sorted((e.start_time_ns, e.end_time_ns) for e in events if _is_op(e) and e.name.startswith("Optimizer."))
+    freed_at = free_times([(a[0], a[1], a[2]) for a in dev_allocs])
+    positive = [a[0] for a in dev_allocs if a[1] > 0]
+    t_end = positive[-1] if failed and positive else (dev_allocs[-1][0] if dev_allocs else 0)
+    categories: list = [None] * len(dev_allocs)
+    by_source = dict.fromkeys(("memory_model", "lifetime", "earlier_steps", "unknown"), 0)
+    learned: dict[tuple, str] = {}
+    live: dict[int, str] = {}
+    for index, (t, size, ptr, _, _, event) in enumerate(dev_allocs):
+        if size < 0:
+            categories[index] = live.pop(ptr, None)  # None: allocated before the profiler started
+            continue
+        category = known(event.typed[1]) if known else None
+        source = "memory_model"
+        if category is None:
+            phase = _phase(event, optimizer_calls)
+            category = lifetime_category(phase, t, freed_at.get(index), backward_starts, step_ends, t_end)
+            source = "lifetime"
+            if phase == "forward":
+                site = _site_of(event, calls, script)
+                signature = (site["op"], site["file"], site["line"], size)
+                if category is not None:
+                    learned[signature] = category
+                elif failed:
+                    category = learned.get(signature)
+                    source = "earlier_steps"
+        if category is None:
+            category, source = "unknown", "unknown"
+        categories[index] = live[ptr] = category
+        by_source[source] += size
+    model["bytes_categorized_by"] = by_source
+    if by_source["lifetime"] + by_source["earlier_steps"]:
+        notes.append(
+            f"the memory model named {by_source['memory_model'] / MIB:,.0f} MiB of the allocations; "
+            f"{by_source['lifetime'] / MIB:,.0f} MiB were named by when they lived "
+            "(forward to backward: activations; freed before backward: temporaries; made by backward: autograd detail; "
+            "made by the optimizer and kept: optimizer state; made in forward or backward and still live after the step: kept)"
+            + (f", {by_source['earlier_steps'] / MIB:,.0f} MiB of the failed step as in the steps before it" if by_source["earlier_steps"] else "")
+        )
+    return categories, model
+
+
+def _model_categories(prof):
+    """A lookup from an allocation's fields to the memory model's category name, or ``None`` when it has none.
+
+    Raises when the private API is missing. A tensor whose category changes
+    between versions keeps the category of its earliest version that has one.
+    """
     from torch.profiler import _memory_profiler as mp
 
-    profile = mp.MemoryProfile(prof.profiler.kineto_results)
-    categories = profile._categories
-    target = torch.device(device)
+    snapshot = mp.MemoryProfile(prof.profiler.kineto_results)._category_snapshot()
+    by_key: dict = {}
+    for (key, _version), category in sorted(snapshot.items(), key=lambda kv: kv[0][1]):
+        if category is not None and key not in by_key:
+            by_key[key] = _CATEGORY_NAMES.get(category.name)
 
-    def category(key, version) -> str:
-        found = categories.get(key, version) if isinstance(key, mp.TensorKey) else None
-        return _CATEGORY_NAMES.get(found.name, "unknown") if found is not None else "unknown"
+    def lookup(fields):
+        key = mp.TensorKey.from_allocation(fields)
+        return by_key.get(key) if key is not None else None
 
-    timeline = [entry for entry in profile.timeline if entry[2][0].device == target]
-    known = [t for t, *_ in timeline if t > 0]
-    t_min = min(known) if known else 0
-    deltas = []
-    for t, action, (key, version), nbytes in timeline:
-        t = t_min if t < 0 else t  # allocations from before the profiler started
-        name = action.name
-        if name in ("PREEXISTING", "CREATE"):
-            deltas.append((t, category(key, version), nbytes))
-        elif name == "INCREMENT_VERSION":  # the same bytes change category (e.g. a gradient is accumulated)
-            deltas.append((t, category(key, version), -nbytes))
-            deltas.append((t, category(key, version + 1), nbytes))
-        elif name == "DESTROY":
-            deltas.append((t, category(key, version), -nbytes))
-    return deltas
+    return lookup
+
+
+def _phase(event, optimizer_calls: list[tuple[int, int]]) -> str:
+    """``"backward"`` when an autograd node made the allocation, ``"optimizer"`` when an optimizer call did, else ``"forward"``.
+
+    Optimizer calls are found by time: their ``record_function`` ranges are
+    not always ancestors of the allocations made inside them.
+    """
+    node = event.parent
+    while node is not None:
+        if _is_op(node) and node.name.startswith(_BACKWARD_OP):
+            return "backward"
+        node = node.parent
+    t = event.start_time_ns
+    k = bisect.bisect_right(optimizer_calls, (t, float("inf"))) - 1
+    if k >= 0 and optimizer_calls[k][1] >= t:
+        return "optimizer"
+    return "forward"
+
+
+def lifetime_category(phase: str, t: int, freed: int | None, backward_starts: list[int], step_ends: list[int], t_end: int) -> str | None:
+    """A tensor's category from when it was allocated and freed, for what the memory model could not name.
+
+    - allocated by an autograd node: ``autograd_detail`` (gradients of
+      activations and the buffers backward needs), or ``kept`` when it
+      outlives the step: a ``.grad`` the memory model did not name, or a
+      library's workspace (cuBLAS keeps one per thread, and backward runs on
+      its own thread);
+    - allocated by an optimizer call: ``optimizer_state`` when it outlives the
+      step, else ``temporaries`` (its scratch);
+    - allocated in a forward pass (the rest) and freed before the next backward
+      starts: ``temporaries``; freed by the end of the step that backward is
+      part of: ``activations``; still live after that step: ``kept``;
+    - with no backward after it: freed before the end (``t_end``, the failure
+      in a failed run): ``temporaries``; else ``None``: nobody saw its fate.
+    """
+    if phase in ("backward", "optimizer"):
+        j = bisect.bisect_left(step_ends, t)
+        step_end = step_ends[j] if j < len(step_ends) else t_end
+        outlives = freed is None or freed > step_end
+        if phase == "backward":
+            return "kept" if outlives else "autograd_detail"
+        return "optimizer_state" if outlives else "temporaries"
+    k = bisect.bisect_right(backward_starts, t)
+    if k < len(backward_starts):
+        backward = backward_starts[k]
+        if freed is not None and freed <= backward:
+            return "temporaries"
+        j = bisect.bisect_left(step_ends, backward)
+        step_end = step_ends[j] if j < len(step_ends) else None
+        if freed is None or (step_end is not None and freed > step_end):
+            return "kept"
+        return "activations"
+    if freed is not None and freed < t_end:
+        return "temporaries"
+    return None
+
+
+def free_times(allocs) -> dict[int, int]:
+    """``{index of an allocation: time it was freed}`` for ``(t, signed bytes, ptr)`` events in time order."""
+    live: dict[int, int] = {}
+    freed: dict[int, int] = {}
+    for index, (when, size, ptr) in enumerate(allocs):
+        if size > 0:
+            live[ptr] = index
+        elif ptr in live:
+            freed[live.pop(ptr)] = when
+    return freed
 
 
 def _top_ops(prof, device: str, notes: list) -> tuple[list[dict], str]:
@@ -394,7 +507,7 @@ def _first_attr(obj, names) -> int:
     return 0
 
 
-def _peak_site(events, dev_allocs, t_peak: int, script: str, notes: list) -> dict:
+def _peak_site(dev_allocs, t_peak: int, script: str, calls) -> dict:
     """The allocation that made the peak, its operator and the learner's line; bytes live at the peak by line."""
     nothing = {"op": None, "file": None, "line": None, "text": "", "site_via": None, "culprit": None}
     if not dev_allocs:
@@ -406,7 +519,6 @@ def _peak_site(events, dev_allocs, t_peak: int, script: str, notes: list) -> dic
         return nothing, {}
     last_t = candidates[-1][0]
     alloc = max((a for a in candidates if a[0] == last_t), key=lambda a: a[1])
-    calls = _python_calls(events, script)
     site = _site_of(alloc[5], calls, script)
     site["allocation_bytes"] = alloc[1]
     site["allocator_total_bytes"] = alloc[4]
@@ -913,14 +1025,17 @@ def _shapes(shapes) -> str:
     return ", ".join(str(tuple(s)) if isinstance(s, list) else str(s) for s in shapes if s not in ([], None))
 
 
-# What the chart stacks, bottom to top; the rest is "other".
+# What the chart stacks, bottom to top, with its label and colour.
 _DRAWN = (
     ("parameters", "parameters", "#2e7d32"),
     ("gradients", "gradients", "#1565c0"),
     ("optimizer_state", "optimizer state", "#f9a825"),
-    ("activations", "activations", "#c62828"),
-    ("temporaries", "temporaries", "#8e24aa"),
     ("inputs", "inputs (and tensors made from them)", "#6d4c41"),
+    ("kept", "kept past its step", "#00838f"),
+    ("activations", "activations (kept for backward)", "#c62828"),
+    ("autograd_detail", "autograd detail (made by backward)", "#ef6c00"),
+    ("temporaries", "temporaries", "#8e24aa"),
+    ("unknown", "unknown", "#9e9e9e"),
 )
 
 
@@ -929,8 +1044,37 @@ def _short(code: str | None, width: int = 60) -> str:
     return code if len(code) <= width else code[: width - 3] + "..."
 
 
+def peak_window(result: dict) -> tuple[float, float] | None:
+    """``(start, end)`` in ms of the step that holds the peak, when it is a small part of the run; else ``None``.
+
+    A first step that loads kernels can take most of a run's time and squeeze
+    the step that matters (the one that failed, or the highest) into a sliver.
+    """
+    timeline = result.get("timeline") or {}
+    times = timeline.get("times_ms") or []
+    peak = result.get("peak")
+    if not times or not peak:
+        return None
+    ends = timeline.get("step_ends_ms") or []
+    t = peak["time_ms"]
+    start = max((e for e in ends if e < t), default=times[0])
+    end = min((e for e in ends if e >= t), default=times[-1])
+    failure = result.get("failure") or {}
+    if failure.get("time_ms") is not None:
+        end = max(end, failure["time_ms"])
+    span = times[-1] - times[0]
+    if span <= 0 or end - start > 0.5 * span:
+        return None
+    margin = 0.05 * (end - start)
+    return start - margin, end + margin
+
+
 def draw(result: dict, out_dir: Path) -> list[Path]:
-    """``profile.png``: MiB by category over time, the peak marked with its operator and line."""
+    """``profile.png``: MiB by category over time, the peak marked with its operator and line.
+
+    When the step that holds the peak is a small part of the run, a second
+    panel shows that step alone.
+    """
     timeline = result.get("timeline") or {}
     times = timeline.get("times_ms") or []
     if not times:
@@ -941,70 +1085,39 @@ def draw(result: dict, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     series = timeline.get("bytes") or {}
-    stacks, labels, colors = [], [], []
-    if timeline.get("source") == "memory_model":
-        for key, label, color in _DRAWN:
-            stacks.append([b / MIB for b in series.get(key, [0] * len(times))])
-            labels.append(label)
-            colors.append(color)
-        drawn = {key for key, _, _ in _DRAWN}
-        other = [0.0] * len(times)
-        for key, values in series.items():
-            if key not in drawn:
-                other = [o + v / MIB for o, v in zip(other, values)]
-        stacks.append(other)
-        labels.append("other (autograd detail, unknown)")
-        colors.append("#9e9e9e")
+    drawn = [(key, label, color) for key, label, color in _DRAWN if any(series.get(key) or [])]
+    window = peak_window(result)
+    if window:
+        fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 9), dpi=100, gridspec_kw={"height_ratios": [1, 1.6]})
+        axes = (whole, zoom)
     else:
-        stacks.append([b / MIB for b in timeline.get("total") or []])
-        labels.append("all tensors (categories unavailable)")
-        colors.append("#607d8b")
-
-    fig, ax = plt.subplots(figsize=(13, 6), dpi=100)
+        fig, whole = plt.subplots(figsize=(13, 6), dpi=100)
+        zoom, axes = None, (whole,)
     try:
-        ax.stackplot(times, *stacks, labels=labels, colors=colors, alpha=0.85, step="post")
-        for n, end in enumerate(timeline.get("step_ends_ms") or []):
-            ax.axvline(end, color="black", alpha=0.35, linewidth=0.8, linestyle=":", label="optimizer step ends" if n == 0 else None)
-        budget = result.get("budget_bytes")
-        if budget:
-            ax.axhline(budget / MIB, color="red", linestyle="--", linewidth=1.2, label=f"budget {budget / MIB:,.0f} MiB")
-        failure = result.get("failure") or {}
-        if failure.get("request_bytes"):
-            # The request that failed never shows in the timeline: draw it on top of what was live.
-            x, live = failure["time_ms"], failure["live_bytes"] / MIB
-            ax.vlines(x, live, live + failure["request_bytes"] / MIB, color="red", linewidth=3, label="failed request")
-            ax.plot([x], [live + failure["request_bytes"] / MIB], marker="x", color="red", markersize=10)
-        peak = result.get("peak")
-        run_peak = result.get("run_peak") or {}
-        if peak and run_peak.get("total_bytes", 0) > peak["total_bytes"]:
-            ax.plot([run_peak["time_ms"]], [run_peak["total_bytes"] / MIB], marker="v", color="grey", markersize=8, label="highest level of the run")
-        if peak:
-            x, y = peak["time_ms"], peak["total_bytes"] / MIB
-            ax.plot([x], [y], marker="v", color="black", markersize=9, zorder=5)
-            label = "peak of the failed step" if peak.get("in_failed_step") else "peak"
-            text = f"{label} {y:,.0f} MiB: {peak.get('op') or 'n/a'}"
-            if peak.get("line"):
-                text += f"\n{where(peak)}  {_short(peak.get('text'))}"
-            culprit = peak.get("culprit") or {}
-            if culprit.get("line") and culprit["line"] != peak.get("line"):
-                text += f"\nmost of it from {culprit['file']}:{culprit['line']}  {_short(culprit.get('text'))}"
-            ax.annotate(
-                text,
-                xy=(x, y),
-                xytext=(0.02, 0.97),
-                textcoords="axes fraction",
-                va="top",
-                fontsize=10,
-                bbox={"boxstyle": "round", "fc": "white", "alpha": 0.9},
-                arrowprops={"arrowstyle": "->", "color": "black"},
+        for ax in axes:
+            ax.stackplot(
+                times,
+                *[[b / MIB for b in series[key]] for key, _, _ in drawn],
+                labels=[label for _, label, _ in drawn],
+                colors=[color for _, _, color in drawn],
+                alpha=0.85,
+                step="post",
             )
+            _marks(ax, result, timeline)
+            ax.set_ylabel("MiB")
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
         device = result.get("device", "")
-        ax.set_title(f"Memory on {device} over time by category ({result.get('kind', '')})")
-        ax.set_xlabel("time since the first allocation (ms)")
-        ax.set_ylabel("MiB")
-        ax.set_ylim(bottom=0)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
-        ax.grid(alpha=0.3)
+        whole.set_title(f"Memory on {device} over time by category ({result.get('kind', '')})")
+        if zoom is not None:
+            whole.set_title(f"Memory on {device} over time by category ({result.get('kind', '')}): the whole run")
+            whole.axvspan(*window, color="black", alpha=0.08, label="shown below")
+            zoom.set_xlim(*window)
+            which = "the failed step" if (result.get("peak") or {}).get("in_failed_step") else "the step with the peak"
+            zoom.set_title(f"{which}, enlarged")
+        _annotate_peak(axes[-1], result)
+        axes[-1].set_xlabel("time since the first allocation (ms)")
+        whole.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
         fig.tight_layout()
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -1013,3 +1126,51 @@ def draw(result: dict, out_dir: Path) -> list[Path]:
     finally:
         plt.close(fig)
     return [path]
+
+
+def _marks(ax, result: dict, timeline: dict) -> None:
+    """Step ends, the budget, the failed request and the run's highest point."""
+    for n, end in enumerate(timeline.get("step_ends_ms") or []):
+        ax.axvline(end, color="black", alpha=0.35, linewidth=0.8, linestyle=":", label="optimizer step ends" if n == 0 else None)
+    budget = result.get("budget_bytes")
+    if budget:
+        ax.axhline(budget / MIB, color="red", linestyle="--", linewidth=1.2, label=f"budget {budget / MIB:,.0f} MiB")
+    failure = result.get("failure") or {}
+    if failure.get("request_bytes"):
+        # The request that failed never shows in the timeline: draw it on top of what was live.
+        x, live = failure["time_ms"], failure["live_bytes"] / MIB
+        ax.vlines(x, live, live + failure["request_bytes"] / MIB, color="red", linewidth=3, label="failed request")
+        ax.plot([x], [live + failure["request_bytes"] / MIB], marker="x", color="red", markersize=10)
+    peak = result.get("peak")
+    run_peak = result.get("run_peak") or {}
+    if peak and run_peak.get("total_bytes", 0) > peak["total_bytes"]:
+        ax.plot([run_peak["time_ms"]], [run_peak["total_bytes"] / MIB], marker="v", color="grey", markersize=8, label="highest level of the run")
+    if peak:
+        ax.plot([peak["time_ms"]], [peak["total_bytes"] / MIB], marker="v", color="black", markersize=9, zorder=5)
+
+
+def _annotate_peak(ax, result: dict) -> None:
+    peak = result.get("peak")
+    if not peak:
+        return
+    x, y = peak["time_ms"], peak["total_bytes"] / MIB
+    label = "peak of the failed step" if peak.get("in_failed_step") else "peak"
+    text = f"{label} {y:,.0f} MiB: {peak.get('op') or 'n/a'}"
+    if peak.get("line"):
+        text += f"\n{where(peak)}  {_short(peak.get('text'))}"
+    culprit = peak.get("culprit") or {}
+    if culprit.get("line") and culprit["line"] != peak.get("line"):
+        text += f"\nmost of it from {culprit['file']}:{culprit['line']}  {_short(culprit.get('text'))}"
+    parts = sorted((peak.get("by_category") or {}).items(), key=lambda kv: -kv[1])
+    if parts:
+        text += "\n" + ", ".join(f"{_label(c)} {b / MIB:,.0f}" for c, b in parts[:4] if b >= MIB) + " MiB"
+    ax.annotate(
+        text,
+        xy=(x, y),
+        xytext=(0.02, 0.97),
+        textcoords="axes fraction",
+        va="top",
+        fontsize=10,
+        bbox={"boxstyle": "round", "fc": "white", "alpha": 0.9},
+        arrowprops={"arrowstyle": "->", "color": "black"},
+    )
