@@ -113,6 +113,7 @@ def script_failure_text(m: Measurement) -> str:
         "syntax": f"syntax error{where}: {first}",
         "timeout": first,
         "crashed": first,
+        "error": f"{m.error_type or 'an error'}{where}: {first}",
     }.get(m.status, f"{m.status}{where}: {first}")
 
 

@@ -125,9 +125,12 @@ def run_tool(target: Target, tool: str, out_dir: Path | None = None, options: di
         "peak_allocated": (m.stats or {}).get("peak_allocated"),
     }
     if (m.stats or {}).get("peak_allocated") == 0:
+        from graders.render import script_failure_text
+
+        ended = "finished" if m.status == "ok" else f"stopped ({script_failure_text(m)})"
         raise OomLabError(
-            f"{target.script.name} finished without allocating any GPU memory: there is nothing to analyze.",
-            "Does it put its tensors on the GPU (device='cuda')? Does it exit before training starts?",
+            f"{target.script.name} {ended} without allocating any GPU memory: there is nothing to analyze.",
+            "Does it put its tensors on the GPU (device='cuda')? Does it exit, or fail, before training starts?",
         )
     return m, result
 

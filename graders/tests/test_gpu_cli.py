@@ -64,3 +64,17 @@ def test_a_gpu_smaller_than_the_budget_is_named(course):
     big = dataclasses.replace(ex, budget_bytes=1 << 50)
     with pytest.raises(OomLabError, match="smaller than"):
         grade(big, ex.learner_path)
+
+
+def test_tools_name_a_script_that_stops_before_using_the_gpu(course):
+    (course / "early.py").write_text("import sys\nimport torch\nsys.exit(0)\nx = torch.ones(1, device='cuda')\n")
+    (course / "fails.py").write_text("import torch\nraise ValueError('no data found')\n")
+    expected = {
+        "early.py": "early.py finished without allocating any GPU memory",
+        "fails.py": "fails.py stopped (ValueError at fails.py:2: no data found) without allocating any GPU memory",
+    }
+    for tool in ("snapshot", "hunt", "profile"):
+        for script, message in expected.items():
+            done = oomlab(course, tool, script)
+            out = " ".join((done.stdout + done.stderr).split())
+            assert done.returncode == 2 and message in out and "Traceback" not in out, (tool, script, out)

@@ -160,8 +160,10 @@ def fake_run(monkeypatch, tmp_path, **measured):
 
 def test_a_script_that_never_touches_the_gpu_is_named(monkeypatch, tmp_path):
     stats = {"peak_allocated": 0, "peak_reserved": 0, "ooms": 0}
-    with pytest.raises(OomLabError, match="without allocating any GPU memory"):
+    with pytest.raises(OomLabError, match="train.py finished without allocating any GPU memory"):
         fake_run(monkeypatch, tmp_path, status="ok", stats=stats)
+    with pytest.raises(OomLabError, match=r"stopped \(exit at train.py:1: exit code 3\) without allocating"):
+        fake_run(monkeypatch, tmp_path, status="exit", line_no=1, message="exit code 3", stats=stats)
 
 
 def test_a_script_that_cannot_run_is_named(monkeypatch, tmp_path):
