@@ -130,6 +130,69 @@ def test_on_the_gpu_the_default_reader_sees_a_live_tensor():
     del block
 
 
+# A worker that strands memory and then runs out of it, under a 1 GiB cap, serving its metrics.
+_WORKER = """
+import json, sys, urllib.request
+import torch
+from prometheus_client import CollectorRegistry
+from graders.production import AllocatorMonitor, RestartPolicy, serve
+
+torch.cuda.set_per_process_memory_fraction(2**30 / torch.cuda.get_device_properties(0).total_memory)
+registry = CollectorRegistry()
+AllocatorMonitor(registry=registry)
+server = serve(0, registry=registry)  # port 0: the OS picks a free one
+port = server[0].server_port
+# Each 20 MiB tensor is carved from the cached 32 MiB segment of a freed temporary,
+# and pins it: the 12 MiB left over is free but cannot be returned.
+kept = []
+for _ in range(24):
+    temporary = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+    del temporary
+    kept.append(torch.empty(20 << 20, dtype=torch.uint8, device="cuda"))
+try:
+    torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+except torch.cuda.OutOfMemoryError:
+    pass
+text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+stats = torch.cuda.memory_stats()
+decision = RestartPolicy(min_uptime_s=0).decide(stats, uptime_s=60)
+print(json.dumps({"text": text, "stats": stats, "restart": decision.restart, "rule": decision.rule}))
+"""
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_fragmented_worker_that_ran_out_is_scraped_with_its_real_figures(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER, encoding="utf-8")
+    root = Path(production.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    stats = report["stats"]
+    samples = {}
+    for family in text_string_to_metric_families(report["text"]):
+        for sample in family.samples:
+            samples[sample.name] = sample.value
+    # Nothing was allocated or freed between the scrape and the memory_stats() call.
+    assert samples["torch_cuda_allocator_up"] == 1
+    assert samples["torch_cuda_allocator_allocated_bytes"] == stats["allocated_bytes.all.current"] == 24 * 20 * MIB
+    assert samples["torch_cuda_allocator_reserved_bytes"] == stats["reserved_bytes.all.current"]
+    assert samples["torch_cuda_allocator_non_releasable_bytes"] == stats["inactive_split_bytes.all.current"] >= 24 * 12 * MIB
+    assert samples["torch_cuda_allocator_ooms_total"] == stats["num_ooms"] == 1
+    assert samples["torch_cuda_allocator_alloc_retries_total"] == stats["num_alloc_retries"] >= 1
+    assert samples["torch_cuda_allocator_fragmentation_ratio"] == pytest.approx(
+        1 - stats["allocated_bytes.all.current"] / stats["reserved_bytes.all.current"]
+    )
+    assert report["restart"] and report["rule"] == "oom"
+
+
 def test_serve_exposes_the_registry_over_http():
     registry = CollectorRegistry()
     AllocatorMonitor(registry=registry, stats=fake_stats)
