@@ -1,8 +1,8 @@
 """The course site's pictures, drawn by the workflow's own tools from real GPU runs.
 
 ``oomlab figures`` runs each exercise's tool (the step it teaches) on its seeded
-bug and on the reference fix, and copies the pictures and findings into
-``course/figures/``. Nothing in there is drawn or typed by hand.
+bug and on the reference fix, and copies the pictures, the findings and any
+allocator snapshot (for PyTorch's own viewer) into ``course/figures/``. Nothing in there is drawn or typed by hand.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None) 
                 shutil.copyfile(picture, dest)
                 files.append(dest.name)
                 written.append(dest)
+            snapshot = Path(result["out_dir"]) / "snapshot.pickle"
+            if snapshot.is_file():  # readers can open it in PyTorch's own viewer
+                dest = out / f"{ex.id}-{variant}-snapshot.pickle"
+                shutil.copyfile(snapshot, dest)
+                written.append(dest)
             index["figures"][f"{ex.id}-{variant}"] = {
                 "exercise": ex.id,
                 "variant": variant,
@@ -47,6 +52,7 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None) 
                 "headline": result.get("headline"),
                 "wall_s": m.wall_s,
                 "files": files,
+                "snapshot": dest.name if snapshot.is_file() else None,
             }
     (out / "figures.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     return [*written, out / "figures.json"]

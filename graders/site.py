@@ -346,6 +346,13 @@ def figure_section(ex: Exercise) -> list[str]:
         md += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
         for name in figure["files"]:
             md += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
+        if figure.get("snapshot"):
+            md += [
+                f"[Download this snapshot]({link_from(uri, 'figures/' + figure['snapshot'])}) and drop it on "
+                "[pytorch.org/memory_viz](https://pytorch.org/memory_viz), PyTorch's own viewer, to explore every "
+                "block and its stack yourself; `oomlab snapshot FILE.pickle` reads it offline.",
+                "",
+            ]
     return md
 
 

@@ -130,3 +130,20 @@ def test_no_page_loads_from_the_internet(site):
         if host in page.read_text(encoding="utf-8")
     ]
     assert not offenders, "pages that need the internet: " + "; ".join(offenders)
+
+
+def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
+    index = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))
+    from graders.tools.snapshot import load_snapshot
+
+    snapshots = 0
+    for figure in index["figures"].values():
+        page = exercise_page(site, figure["exercise"]).read_text(encoding="utf-8")
+        for name in figure["files"]:
+            assert (site / "figures" / name).is_file() and f"figures/{name}" in page, name
+        if figure.get("snapshot"):
+            snapshots += 1
+            path = site / "figures" / figure["snapshot"]
+            assert f'href="../../figures/{figure["snapshot"]}"' in page, "the snapshot is not linked from its page"
+            assert load_snapshot(path)["segments"], f"{path.name} holds no segments"
+    assert snapshots, "no exercise offers its allocator snapshot"
