@@ -32,6 +32,7 @@ The parent-side half, :func:`render` and :func:`draw`, reads only the JSON.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import linecache
 import os
@@ -39,6 +40,7 @@ import re
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from graders.units import MIB
@@ -116,10 +118,19 @@ def start(torch, out_dir: Path, options: dict) -> None:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             session.hook = register_optimizer_step_post_hook(lambda opt, args, kwargs: _count_step(session, int(max_steps)))
-        session.prof.__enter__()
+        with _quiet():
+            session.prof.__enter__()
     except Exception as err:  # reported in profile.json, never in the learner's run
         session.error = f"the profiler could not start: {type(err).__name__}: {err}"
         session.prof = None
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the profiler's own UserWarnings: they are about the probe, not the learner's code."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.(profiler|autograd)")
+        yield
 
 
 def _count_step(session: _Session, max_steps: int) -> None:
@@ -135,7 +146,8 @@ def _stop(session: _Session) -> None:
         session.hook = None
     if session.prof is not None and not session.stopped:
         session.stopped = True
-        session.prof.__exit__(None, None, None)
+        with _quiet():
+            session.prof.__exit__(None, None, None)
 
 
 def finish(torch, out_dir: Path, exc: BaseException | None, script_globals: dict | None) -> None:
@@ -153,7 +165,8 @@ def finish(torch, out_dir: Path, exc: BaseException | None, script_globals: dict
             raise RuntimeError(session.error)
         stopped_early = session.stopped
         _stop(session)
-        result.update(analyse(session, exc))
+        with _quiet():
+            result.update(analyse(session, exc))
         result["stopped_early"] = stopped_early
     except BaseException as err:  # the probe must never break the measurement
         result["error"] = f"{type(err).__name__}: {err}"
