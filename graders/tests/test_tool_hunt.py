@@ -410,3 +410,47 @@ def test_render_and_draw(tmp_path):
         result["steps"] = steps
         (path,) = hunt.draw(result, tmp_path / f"steps{len(steps)}")
         assert path.name == "hunt.png" and matplotlib.image.imread(path).shape[1] == 1200
+
+
+HOOKED_SCRIPT = """
+import torch
+
+unpacked = []
+model = torch.nn.Linear(32, 256)
+with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: unpacked.append(1) or t):
+    hooked = model(torch.randn(64, 32)).relu().sum()
+plain = model(torch.randn(64, 32)).relu().sum()
+"""
+
+
+def hunt_hooked(tmp_path) -> tuple[dict, list]:
+    tmp_path.mkdir(exist_ok=True)
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(HOOKED_SCRIPT).lstrip(), encoding="utf-8")
+    out = tmp_path / "out"
+    hunt.start(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
+    script_globals = runpy.run_path(str(script), run_name="__main__")
+    hunt.finish(torch, out, None, script_globals)
+    return json.loads((out / "hunt.json").read_text(encoding="utf-8")), script_globals["unpacked"]
+
+
+def test_hook_packed_values_are_not_unpacked_by_the_walk(tmp_path):
+    result, unpacked = hunt_hooked(tmp_path)
+    assert unpacked == []
+    assert result["walk"]["packed_saved"] >= 1
+    assert "were packed by saved_tensors_hooks" in " ".join(getattr(x, "plain", "") for x in hunt.render(result))
+
+
+def test_on_torch_that_cannot_see_saved_tensor_hooks_the_walk_reads_no_saved_value(tmp_path, monkeypatch):
+    # torch 2.4 has no SavedTensor.unpack_hook: a hook-packed value looks like any other, so after
+    # the script entered saved_tensors_hooks the walk must not read any saved value.
+    if not hunt.saved_hooks_visible(torch):
+        pytest.skip("this torch is the case itself: the test above runs on it for real")
+    seen, _ = hunt_hooked(tmp_path / "visible")
+    monkeypatch.setattr(hunt, "saved_hooks_visible", lambda torch: False)
+    hooks = torch.autograd.graph.saved_tensors_hooks
+    entered = hooks.__enter__
+    blind, unpacked = hunt_hooked(tmp_path / "blind")
+    assert hooks.__enter__ is entered  # the probe put the class back as it found it
+    assert unpacked == []
+    assert blind["walk"]["packed_saved"] > seen["walk"]["packed_saved"]  # the plain graph's values too

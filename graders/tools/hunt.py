@@ -209,6 +209,9 @@ class _Walk:
         self.depth_limited = False
         self.unreadable_saved = 0
         self.packed_saved = 0
+        # Without SavedTensor.unpack_hook (torch 2.4) a hook-packed value looks like any other, and
+        # reading it runs the script's unpack hook: after the script used such hooks, read none.
+        self.skip_every_saved_value = _probe.get("saved_hooks_entered", False) and not saved_hooks_visible(torch)
         # A module's namespace is reachable through builtin methods and frames: never enter one.
         self.skip.update(id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, types.ModuleType))
 
@@ -448,7 +451,7 @@ class _Walk:
     def saved(self, node, name):
         """One value a node saved; ``None`` when backward freed it (reading it then raises RuntimeError)."""
         raw = getattr(node, "_raw" + name, None)
-        if raw is not None and getattr(raw, "unpack_hook", None) is not None:
+        if raw is not None and (self.skip_every_saved_value or getattr(raw, "unpack_hook", None) is not None):
             self.packed_saved += 1  # packed by saved-tensor hooks: unpacking would run them (and allocate)
             return None
         try:
@@ -1007,13 +1010,36 @@ def start(torch, out_dir: Path, options: dict) -> None:
     """
     _probe.clear()
     _probe.update(torch=torch, options=dict(options or {}), steps=[], step_count=0,
-                  baseline=None, errors=[], handle=None)
+                  baseline=None, errors=[], handle=None, saved_hooks_entered=False, restore=None)
+    if not saved_hooks_visible(torch):
+        _watch_saved_hooks(torch)
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         _probe["handle"] = register_optimizer_step_post_hook(_after_step)
     except Exception as err:  # torch without global optimizer hooks: the final walk still works
         _probe["errors"].append(f"no optimizer step hook: {type(err).__name__}: {err}")
+
+
+def saved_hooks_visible(torch) -> bool:
+    """Whether this torch tells a value packed by ``saved_tensors_hooks`` apart (``SavedTensor.unpack_hook``)."""
+    saved_tensor = getattr(getattr(torch._C, "_autograd", None), "SavedTensor", None)
+    return saved_tensor is None or hasattr(saved_tensor, "unpack_hook")
+
+
+def _watch_saved_hooks(torch) -> None:
+    """Note when the script enters ``saved_tensors_hooks`` (checkpointing, offloading), on torch that cannot see them."""
+    hooks = getattr(getattr(torch.autograd, "graph", None), "saved_tensors_hooks", None)
+    if hooks is None:
+        return
+    original = hooks.__enter__
+
+    def entered(self):
+        _probe["saved_hooks_entered"] = True
+        return original(self)
+
+    hooks.__enter__ = entered
+    _probe["restore"] = (hooks, original)
 
 
 def _after_step(optimizer, args, kwargs) -> None:
@@ -1081,6 +1107,10 @@ def finish(torch, out_dir: Path, exc: BaseException | None, script_globals: dict
         result = {"tool": TOOL, "kind": "error", "headline": f"the hunt failed: {type(err).__name__}: {err}",
                   "culprit_bytes": 0, "error": f"{type(err).__name__}: {err}", "holders": [], "steps": []}
     finally:
+        restore = _probe.get("restore")
+        if restore is not None:
+            restore[0].__enter__ = restore[1]
+            _probe["restore"] = None
         handle = _probe.get("handle")
         if handle is not None:
             try:
@@ -1144,6 +1174,13 @@ def render(result: dict) -> list:
         if reserved and reserved - allocated > MIB:
             line += f"; another {_mib(reserved - allocated)} is reserved by the allocator but allocated to nothing"
         out.append(Text(line + "."))
+    packed = (result.get("walk") or {}).get("packed_saved")
+    if packed:
+        out.append(Text(
+            f"{packed} values saved for backward were packed by saved_tensors_hooks (activation checkpointing or "
+            "offloading) and were not read: reading them would run those hooks. Their bytes are not in the figures.",
+            style="yellow",
+        ))
     out.append(Text(result.get("advice") or ADVICE.get(result.get("kind", ""), ""), style="italic"))
     return out
 
