@@ -50,7 +50,7 @@ MAX_POINTS = 2000
 TOP_OPS = 10
 
 # Categories, in the order the chart stacks them (persistent state first). The first seven are the
-# memory model's; "kept" (allocated in a forward pass, still live after its step) is ours.
+# memory model's; "kept" (allocated in a step, still live after it) is ours.
 CATEGORIES = (
     "parameters",
     "gradients",
@@ -261,8 +261,6 @@ def analyse(session: _Session, exc: BaseException | None) -> dict:
         carried = carried_bytes(forwards, live, allocated_at, earlier[-1] if earlier else None, times[i])
     peak["carried_from_earlier_forwards_bytes"] = carried
     kind, basis = classify(totals[i], after, before, peak["by_category"], model["available"], carried)
-    if failed:
-        peak["window_start_ms"] = (earlier[-1] - t0) / 1e6 if earlier else 0.0
     peak["kind_basis"] = basis
     if failed:
         t_fail, live_at_fail = failure_point(dev_allocs, times, totals)
@@ -343,8 +341,8 @@ def _categorize(prof, events, dev_allocs, step_ends, failed: bool, script: str, 
     backward_starts = sorted(e.start_time_ns for e in events if _is_op(e) and e.name.startswith(_BACKWARD_OP))
     optimizer_calls = sorted((e.start_time_ns, e.end_time_ns) for e in events if _is_op(e) and e.name.startswith("Optimizer."))
     freed_at = free_times([(a[0], a[1], a[2]) for a in dev_allocs])
-    positive = [a[0] for a in dev_allocs if a[1] > 0]
-    t_end = positive[-1] if failed and positive else (dev_allocs[-1][0] if dev_allocs else 0)
+    # The end of what was seen: the last allocation before the failure, or the last event.
+    t_end = next((a[0] for a in reversed(dev_allocs) if a[1] > 0 or not failed), 0)
     categories: list = [None] * len(dev_allocs)
     by_source = dict.fromkeys(("memory_model", "lifetime", "earlier_steps", "unknown"), 0)
     learned: dict[tuple, str] = {}
@@ -872,18 +870,15 @@ def requested_bytes(message: str) -> int | None:
 def live_allocations(allocs, t: int) -> dict[int, int]:
     """``{index: bytes}`` of allocations live after time ``t``; ``allocs`` are ``(t, signed bytes, ptr)`` in time order.
 
-    A free matches the live allocation at the same address; frees of memory
-    allocated before the profiler started are ignored.
+    Frees are paired with allocations by :func:`free_times`; frees of memory
+    allocated before the profiler started match nothing and are ignored.
     """
-    live_by_ptr: dict[int, int] = {}
-    for index, (when, size, ptr) in enumerate(allocs):
-        if when > t:
-            break
-        if size > 0:
-            live_by_ptr[ptr] = index
-        else:
-            live_by_ptr.pop(ptr, None)
-    return {index: allocs[index][1] for index in live_by_ptr.values()}
+    freed = free_times(allocs)
+    return {
+        index: size
+        for index, (when, size, _) in enumerate(allocs)
+        if size > 0 and when <= t and freed.get(index, t + 1) > t
+    }
 
 
 def downsample(times: list[int], levels: dict[str, list[int]], t0: int, max_points: int) -> dict:
