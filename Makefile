@@ -23,7 +23,7 @@ start: $(BIN)/oomlab
 	$(BIN)/oomlab
 
 test: $(BIN)/oomlab
-	$(BIN)/python -m pytest graders --solutions
+	$(BIN)/python -m pytest tests graders --solutions
 
 docs: $(BIN)/oomlab
 	$(BIN)/python -m mkdocs build --strict

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from graders.course import Course
-from graders.grading import Report, grade
-from graders.progress import pristine_source
-from graders.verify import write_variant
+from oomlab.course import Course
+from oomlab.grading.verdict import Report, grade
+from oomlab.course.progress import pristine_source
+from oomlab.grading.truth import write_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = Course(ROOT)

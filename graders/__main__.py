@@ -1,3 +1,0 @@
-from graders.cli import main
-
-main()

@@ -1,0 +1,3 @@
+from oomlab.cli import main
+
+main()

@@ -1,0 +1,158 @@
+"""How measurements, verdicts and failures look in the terminal (rich)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from oomlab.grading.checks import mib
+from oomlab.grading.verdict import Report
+from oomlab.measure.harness import Measurement
+from oomlab.course.manifest import Exercise
+
+FIGURES = (
+    ("peak_allocated", "peak allocated", "the most memory live tensors held at once"),
+    ("peak_reserved", "peak reserved", "the most the allocator took from the GPU, cache included"),
+    ("inactive_split_peak", "non-releasable (peak)", "free bytes stranded in segments pinned by live blocks"),
+    ("retries", "cache-flush retries", "times the allocator emptied its cache to find room"),
+    ("ooms", "OOMs", "out-of-memory errors raised"),
+)
+
+
+def relpath(path: str | Path, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def figures_table(m: Measurement) -> Table:
+    table = Table(title="Allocator figures", title_justify="left", show_header=True, header_style="bold")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("what it means", style="dim")
+    stats = m.stats or {}
+    for key, label, meaning in FIGURES:
+        value = stats.get(key)
+        shown = str(value) if key in ("retries", "ooms") else mib(value)
+        table.add_row(label, shown, meaning)
+    budget = mib(m.budget_bytes) if m.budget_bytes else "none"
+    table.add_row("budget", budget, "the cap the run had (set_per_process_memory_fraction)")
+    return table
+
+
+def workload_line(m: Measurement) -> str:
+    w = m.workload or {}
+    if not w:
+        return ""
+    return (
+        f"Workload: {w.get('optimizer_steps', 0)} optimizer steps, {w.get('train_samples', 0):,} training samples, "
+        f"{w.get('inference_samples', 0):,} evaluation/no-grad samples; ran for {m.wall_s or 0:.1f} s."
+    )
+
+
+def oom_panel(m: Measurement, root: Path) -> Panel:
+    first = (m.message.splitlines() or ["CUDA out of memory"])[0]
+    body = Text()
+    if m.where:
+        body.append(f"{relpath(m.script, root)}:{m.line_no}\n", style="bold")
+        body.append(f"    {m.line}\n\n", style="cyan")
+    # The allocator's own message is long; its sentences are worth reading one per line.
+    for sentence in first.replace("; ", ".\n").replace(". ", ".\n").splitlines():
+        body.append(sentence.strip() + "\n")
+    return Panel(body, title="CUDA out of memory", border_style="red", title_align="left")
+
+
+def script_failure(m: Measurement, ex: Exercise) -> Panel:
+    """A run that did not reach its end through the script's own doing, in one clear message."""
+    path = relpath(m.script, ex.root)
+    text = Text()
+    if m.status == "missing":
+        title = "File missing"
+        text.append(f"{path} does not exist.\n")
+        text.append(f"`oomlab reset {ex.id}` puts the original back.")
+    elif m.status == "syntax":
+        title = "Syntax error"
+        text.append(f"{path}:{m.line_no}: {m.message}\n", style="bold")
+        text.append(f"    {m.line}\n\n", style="cyan")
+        text.append("Fix the line and run again. Nothing was run, and your file was not changed.")
+    elif m.status == "timeout":
+        title = "Time limit"
+        text.append(f"{path} ran longer than its limit of {ex.time_limit_s:g} s and was stopped.\n")
+        text.append("Look for a loop that never ends, or work added to every step.")
+    elif m.status == "exit":
+        title = "Script exited"
+        text.append(f"{path}: {m.message}.\n")
+        text.append("A graded run has to reach the end of the script.")
+    elif m.status == "crashed":
+        title = "Process ended early"
+        text.append(f"{path}: {m.message}.\n")
+        text.append("os._exit() or a crash in native code ends the process before it can be measured.")
+    else:
+        title = f"{m.error_type or 'Error'} in the script"
+        where = f" at {path}:{m.line_no}" if m.line_no else ""
+        text.append(f"{m.error_type}{where}: {m.message[:500]}\n", style="bold")
+        if m.line:
+            text.append(f"    {m.line}\n", style="cyan")
+        text.append("\nFix the error and run again; `oomlab run` shows the script's own output.")
+    tail = "\n".join(m.stderr.splitlines()[-6:]) if m.status in ("error", "crashed") and not m.line_no else ""
+    parts = [text] + ([Text("\nLast lines on stderr:\n" + tail, style="dim")] if tail else [])
+    return Panel(Group(*parts), title=title, border_style="red", title_align="left")
+
+
+def script_failure_text(m: Measurement) -> str:
+    """How a run ended, in one line, for messages that have no room for a panel."""
+    where = f" at {m.where}" if m.where else ""
+    first = (m.message.splitlines() or [""])[0][:300]
+    return {
+        "missing": "the file does not exist",
+        "syntax": f"syntax error{where}: {first}",
+        "timeout": first,
+        "crashed": first,
+        "error": f"{m.error_type or 'an error'}{where}: {first}",
+    }.get(m.status, f"{m.status}{where}: {first}")
+
+
+def notes(m: Measurement, ex: Exercise) -> list[str]:
+    found = []
+    if m.alloc_conf_changed:
+        conf = ex.alloc_conf or "the defaults"
+        found.append(
+            f"The script sets {', '.join(m.alloc_conf_changed)}, but the allocator was configured before it ran "
+            f"({conf}), so the setting had no effect. This exercise keeps the allocator settings fixed: fix the code."
+        )
+    return found
+
+
+def checks_table(report: Report) -> Table:
+    table = Table(show_header=True, header_style="bold", title=f"Checks for {report.exercise.id}", title_justify="left")
+    table.add_column("")
+    table.add_column("check")
+    table.add_column("measured", justify="right")
+    table.add_column("required", justify="right")
+    for c in report.checks:
+        mark = Text("PASS", style="green") if c.passed else Text("FAIL", style="bold red")
+        table.add_row(mark, c.name, c.measured, c.threshold)
+    return table
+
+
+def print_report(console: Console, report: Report) -> None:
+    m, ex = report.measurement, report.exercise
+    if not report.checks:
+        console.print(script_failure(m, ex))
+        return
+    if m.oom and m.status == "oom":
+        console.print(oom_panel(m, ex.root))
+    console.print(checks_table(report))
+    for c in report.checks:
+        if not c.passed:
+            console.print(Text.assemble(("✗ ", "red"), (c.name, "bold"), f": {c.detail}"))
+            console.print(Text(f"  Why it matters: {c.why}", style="dim"))
+    for note in notes(m, ex):
+        console.print(Text(f"Note: {note}", style="yellow"))
+    if line := workload_line(m):
+        console.print(Text(line, style="dim"))

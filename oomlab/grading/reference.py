@@ -1,0 +1,59 @@
+"""The reference solution's measurement, cached per GPU, torch version and source.
+
+Relative thresholds ("no more than the reference + 10%") only mean something
+against the reference measured on the same GPU and torch build, so the cache
+key holds both, plus the bytes of the solution, the manifest and the harness:
+change any of them and the reference is measured again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from oomlab.errors import OomLabError
+from oomlab.course.progress import write_atomic
+from oomlab.measure.harness import CHILD, MACHINE_PROBLEMS, Measurement, measure_exercise_file
+
+
+def cache_key(exercise, gpu: str, torch_version: str) -> str:
+    digest = hashlib.sha256()
+    for path in (exercise.solution_path, exercise.manifest_path, CHILD):
+        digest.update(path.read_bytes())
+    digest.update(f"{gpu}|{torch_version}".encode())
+    return digest.hexdigest()[:16]
+
+
+def cache_path(exercise, gpu: str, torch_version: str) -> Path:
+    return exercise.root / ".oomlab" / "reference" / f"{exercise.id}-{cache_key(exercise, gpu, torch_version)}.json"
+
+
+def measure_reference(exercise) -> Measurement:
+    """Measure the reference solution now and cache it; it must run cleanly, or the course itself is broken."""
+    if not exercise.solution_path.is_file():
+        raise OomLabError(
+            f"The reference solution {exercise.solution_path} is missing.",
+            "Restore it from the course repository (git checkout -- solutions/).",
+        )
+    ref = measure_exercise_file(exercise, exercise.solution_path)
+    if ref.status in MACHINE_PROBLEMS:
+        return ref  # the caller explains the machine problem
+    if ref.status != "ok" or ref.oom:
+        raise OomLabError(
+            f"The reference solution of {exercise.id} did not run cleanly here ({ref.status}: {ref.message[:300]}).",
+            "The course was verified on an NVIDIA H200; run `oomlab doctor` and report this with its output.",
+        )
+    write_atomic(cache_path(exercise, ref.gpu, ref.torch), json.dumps(ref.to_json()))
+    return ref
+
+
+def reference_for(exercise, gpu: str, torch_version: str) -> Measurement:
+    """The cached reference for this GPU and torch, measured once when missing."""
+    path = cache_path(exercise, gpu, torch_version)
+    if path.is_file():
+        try:
+            return Measurement.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError):
+            path.unlink()  # a damaged cache entry is only a cache entry: measure again
+    return measure_reference(exercise)

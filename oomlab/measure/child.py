@@ -1,0 +1,338 @@
+"""Runs inside the fresh measuring subprocess; never imported by the parent.
+
+Usage: ``python _child.py SPEC.json``. The spec names the script, the memory
+budget, the seed and where to write the result. This file imports nothing from
+the ``graders`` package so that the learner's script sees a process as close to
+``python train.py`` as possible.
+
+Order matters, and is the reason this file exists:
+
+1. set up CUDA and the budget (``set_per_process_memory_fraction``) before any
+   learner code runs;
+2. keep private references to the statistics the grader reads, and turn the
+   calls that would change them (resetting peaks, lifting the budget, changing
+   allocator settings) into recorded no-ops;
+3. observe the workload through global module, optimizer and autograd hooks, so
+   that a "fix" that trains on less cannot hide it;
+4. run the script as ``__main__`` and write one JSON result, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+MIN_TORCH = (2, 4)
+
+# The private functions that change what the grader measures, and what each would do.
+GUARDED = {
+    r"^_(cuda|accelerator)_reset(Peak)": "reset the peak memory statistics the grader reads",
+    r"^_(cuda|accelerator)_reset(Accumulated)": "reset the retry and OOM counters the grader reads",
+    r"^_cuda_setMemoryFraction$": "changed the exercise's memory budget",
+    r"^_(cuda|accelerator)\w*(set_allocator_settings|setAllocatorSettings)$": "changed the allocator settings the exercise fixes",
+}
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    result: dict = {"status": "error", "message": "the measuring process stopped before it finished"}
+    try:
+        run(spec, result)
+    finally:
+        tmp = spec["result_path"] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f)
+        os.replace(tmp, spec["result_path"])
+    return 0
+
+
+def run(spec: dict, result: dict) -> None:
+    started = time.perf_counter()
+    try:
+        import torch
+    except ImportError as err:
+        result.update(status="no_torch", message=str(err))
+        return
+    result["import_s"] = time.perf_counter() - started
+    result["torch"] = torch.__version__
+    result["cuda"] = torch.version.cuda
+    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    if version < MIN_TORCH:
+        result.update(status="torch_too_old", message=f"torch {torch.__version__} is older than 2.4")
+        return
+
+    cuda = spec["require_cuda"]
+    if cuda and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        result.update(status="no_cuda", message=f"torch {torch.__version__} ({build}) sees no CUDA device")
+        return
+    if cuda and not setup_budget(torch, spec["budget_bytes"], result):
+        return
+    result["setup_s"] = time.perf_counter() - started
+
+    tamper: list[str] = []
+    stats = install_guards(torch, tamper) if cuda else None
+    observer = WorkloadObserver(torch)
+    observer.install()
+    conf_before = {k: os.environ.get(k) for k in ALLOC_CONF_VARS}
+
+    seed = spec["seed"]
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+    tool = start_tool(torch, spec.get("tool"), result)
+    script = os.path.abspath(spec["script"])
+    sys.argv = [script, *spec.get("args", [])]
+    sys.path[0] = os.path.dirname(script)
+    script_globals, tool_finished = None, False
+    start = time.perf_counter()
+    try:
+        script_globals = runpy.run_path(script, run_name="__main__")
+        result.update(status="ok", message="")
+    except SystemExit as exc:
+        code = exc.code
+        if code in (None, 0):
+            result.update(status="ok", message="")
+        else:
+            result.update(status="exit", message=f"the script called sys.exit({code!r})", exit_code=code)
+    except BaseException as exc:  # the learner's error, whatever it is, becomes data
+        is_oom = isinstance(exc, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(exc)
+        result.update(
+            status="oom" if is_oom else "error",
+            error_type=type(exc).__name__,
+            message=str(exc).strip(),
+            **learner_frame(exc, script),
+        )
+        result["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+        if tool is not None:  # here, while the failed frames and their locals are still alive
+            result["wall_s"] = time.perf_counter() - start
+            finish_tool(torch, tool, spec["tool"], exc, None, result)
+            tool_finished = True
+    if cuda:
+        torch.cuda.synchronize()
+    result.setdefault("wall_s", time.perf_counter() - start)
+    if tool is not None and not tool_finished:
+        finish_tool(torch, tool, spec["tool"], None, script_globals, result)
+
+    if stats is not None:
+        result["stats"] = read_stats(stats())
+    result["tamper"] = sorted(set(tamper))
+    result["alloc_conf_changed"] = [k for k in ALLOC_CONF_VARS if os.environ.get(k) != conf_before[k]]
+    result["workload"] = observer.summary()
+
+
+def start_tool(torch, tool_spec: dict | None, result: dict):
+    """Load and start the probe of an ``oomlab`` tool (graders/tools/<name>.py), if one was asked for."""
+    if not tool_spec:
+        return None
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # after the script's folder
+    try:
+        import importlib
+
+        tool = importlib.import_module(f"oomlab.tools.{tool_spec['name']}")
+        tool.start(torch, Path(tool_spec["out_dir"]), tool_spec.get("options", {}))
+        return tool
+    except Exception as err:  # the run goes on unprobed; the parent says why
+        result["tool_error"] = f"{tool_spec['name']} could not start: {type(err).__name__}: {err}"
+        return None
+
+
+def finish_tool(torch, tool, tool_spec: dict, exc, script_globals, result: dict) -> None:
+    try:
+        tool.finish(torch, Path(tool_spec["out_dir"]), exc, script_globals)
+    except Exception as err:
+        result["tool_error"] = f"{tool_spec['name']} failed: {type(err).__name__}: {err}"
+
+
+def setup_budget(torch, budget: int | None, result: dict) -> bool:
+    """Cap the caching allocator at the budget (none for a script run without one); refuse GPUs that cannot hold it."""
+    device = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(device)
+    result["gpu"] = props.name
+    result["gpu_total_bytes"] = props.total_memory
+    free, _ = torch.cuda.mem_get_info(device)
+    result["gpu_free_bytes"] = free
+    if budget is None:
+        return True
+    if props.total_memory < budget:
+        result.update(status="gpu_too_small", message=f"{props.name} has {props.total_memory} bytes, the budget is {budget}")
+        return False
+    if free < budget:
+        result.update(status="gpu_busy", message=f"only {free} bytes of {props.name} are free, the budget is {budget}")
+        return False
+    torch.cuda.set_per_process_memory_fraction(float(budget / props.total_memory), device)
+    return True
+
+
+def install_guards(torch, tamper: list[str]):
+    """Make the calls that would falsify the figures record themselves and do nothing.
+
+    Returns the original statistics function, kept out of the learner's reach
+    (patching ``torch.cuda.memory_stats`` later changes nothing we read).
+    """
+    stats = torch._C._cuda_memoryStats
+    device = torch.cuda.current_device()
+    torch._C._cuda_resetPeakMemoryStats(device)
+    torch._C._cuda_resetAccumulatedMemoryStats(device)
+    for name in dir(torch._C):
+        for pattern, effect in GUARDED.items():
+            if re.search(pattern, name):
+                setattr(torch._C, name, _refuse(name, effect, tamper))
+    return lambda: stats(device)
+
+
+def _refuse(name: str, effect: str, tamper: list[str]):
+    def refused(*args, **kwargs):
+        tamper.append(f"{effect} (torch._C.{name})")
+        print(f"[oomlab] ignored a call that {effect} (torch._C.{name})", file=sys.stderr)
+
+    return refused
+
+
+def flatten(nested: dict, prefix: str = "") -> dict:
+    """``{"allocated_bytes": {"all": {"peak": n}}}`` -> ``{"allocated_bytes.all.peak": n}``, as memory_stats() does."""
+    flat = {}
+    for key, value in nested.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def read_stats(nested: dict) -> dict:
+    raw = flatten(nested)
+    get = lambda key: int(raw.get(key, 0))  # noqa: E731 - a one-line lookup
+    return {
+        "peak_allocated": get("allocated_bytes.all.peak"),
+        "peak_reserved": get("reserved_bytes.all.peak"),
+        "peak_requested": get("requested_bytes.all.peak"),
+        "inactive_split_peak": get("inactive_split_bytes.all.peak"),
+        "inactive_split_final": get("inactive_split_bytes.all.current"),
+        "allocated_final": get("allocated_bytes.all.current"),
+        "reserved_final": get("reserved_bytes.all.current"),
+        "retries": get("num_alloc_retries"),
+        "ooms": get("num_ooms"),
+        "segments_peak": get("segment.all.peak"),
+    }
+
+
+def learner_frame(exc: BaseException, script: str) -> dict:
+    """Where in the learner's file the exception passed last: file:line and the line."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == script]
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.abspath(exc.filename) == script:
+        return {"line_no": exc.lineno, "line": (exc.text or "").rstrip()}
+    if not frames:
+        return {}
+    last = frames[-1]
+    return {"line_no": last.lineno, "line": (last.line or "").strip()}
+
+
+class WorkloadObserver:
+    """What the script actually did, read through global hooks it cannot bypass by accident.
+
+    A forward call counts when it is the outermost call of a module with
+    parameters (the model, not its layers). It is a training forward when the
+    module is in training mode with autograd on, else an inference forward
+    (evaluation, feature extraction).
+    """
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.depth = 0
+        self.pending = 0
+        self.samples_per_step: list[int] = []
+        self.forward = {"train": [0, 0, 0], "inference": [0, 0, 0]}  # calls, samples, elements
+        self.devices: set[str] = set()
+        self.losses: list[float] = []
+        self.backward_calls = 0
+        self.optimizers: list = []
+
+    def install(self) -> None:
+        torch = self.torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
+        torch.nn.modules.module.register_module_forward_hook(self._post)
+        register_optimizer_step_post_hook(self._step)
+        original = torch.autograd.backward
+
+        def backward(tensors, *args, **kwargs):
+            self.backward_calls += 1
+            if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+                self.losses.append(float(tensors.detach()))
+            return original(tensors, *args, **kwargs)
+
+        torch.autograd.backward = backward
+
+    def _pre(self, module, args):
+        self.depth += 1
+        if self.depth != 1 or next(module.parameters(), None) is None:
+            return
+        tensor = next((a for a in args if isinstance(a, self.torch.Tensor)), None)
+        samples = (tensor.shape[0] if tensor.dim() else 1) if tensor is not None else 0
+        elements = tensor.numel() if tensor is not None else 0
+        if tensor is not None:
+            self.devices.add(tensor.device.type)
+        training = module.training and self.torch.is_grad_enabled()
+        tally = self.forward["train" if training else "inference"]
+        tally[0] += 1
+        tally[1] += samples
+        tally[2] += elements
+        if training:
+            self.pending += samples
+
+    def _post(self, module, args, output):
+        self.depth -= 1
+
+    def _step(self, optimizer, args, kwargs):
+        self.samples_per_step.append(self.pending)
+        self.pending = 0
+        if all(o is not optimizer for o in self.optimizers):
+            self.optimizers.append(optimizer)
+
+    def summary(self) -> dict:
+        params, seen = [], set()
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        params.append(p)
+        # Summed on the host in float64: no GPU allocation, no rounding from the order of sums.
+        host = [p.detach().cpu().double() for p in params]
+        return {
+            "optimizer_steps": len(self.samples_per_step),
+            "samples_per_step": self.samples_per_step,
+            "train_forwards": self.forward["train"][0],
+            "train_samples": self.forward["train"][1],
+            "train_elements": self.forward["train"][2],
+            "inference_forwards": self.forward["inference"][0],
+            "inference_samples": self.forward["inference"][1],
+            "inference_elements": self.forward["inference"][2],
+            "devices": sorted(self.devices),
+            "backward_calls": self.backward_calls,
+            "losses": self.losses,
+            "param_count": sum(p.numel() for p in params),
+            "weights_sum": float(sum(t.sum() for t in host)) if host else None,
+            "weights_norm": float(sum((t * t).sum() for t in host)) ** 0.5 if host else None,
+        }
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,200 @@
+"""Measuring a training script in a fresh subprocess.
+
+Each measurement starts a new Python process so that the caching allocator
+starts empty: the same script gives the same figures every run. The child
+(``_child.py``) sets the memory budget, seeds, guards and hooks before the
+learner's code runs and writes one JSON result; this side adds the time limit
+and turns every way a run can end into a :class:`Measurement`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHILD = Path(__file__).with_name("child.py")
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+# Statuses where the learner's script did not run to its end, through its own doing.
+SCRIPT_FAILURES = {"missing", "syntax", "error", "exit", "timeout", "crashed"}
+# Statuses where this machine, not the script, is the problem.
+MACHINE_PROBLEMS = {"no_torch", "torch_too_old", "no_cuda", "gpu_too_small", "gpu_busy"}
+
+
+@dataclass
+class Measurement:
+    """What one run did: how it ended, the allocator's figures, and the workload."""
+
+    script: str
+    status: str  # ok, oom, syntax, error, exit, timeout, crashed, or a machine problem
+    message: str = ""
+    error_type: str = ""
+    line_no: int | None = None
+    line: str = ""
+    traceback: str = ""
+    stats: dict | None = None
+    workload: dict | None = None
+    tamper: list = field(default_factory=list)
+    alloc_conf_changed: list = field(default_factory=list)
+    wall_s: float | None = None  # the script itself
+    import_s: float | None = None  # starting Python and importing torch
+    setup_s: float | None = None  # ... and setting up CUDA and the budget
+    process_s: float | None = None
+    gpu: str = ""
+    gpu_total_bytes: int = 0
+    gpu_free_bytes: int = 0
+    torch: str = ""
+    cuda: str | None = None
+    budget_bytes: int | None = 0
+    tool_error: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def oom(self) -> bool:
+        return self.status == "oom" or bool(self.stats and self.stats.get("ooms"))
+
+    @property
+    def where(self) -> str:
+        """``train.py:42`` where the run stopped, if it stopped inside the script."""
+        return f"{Path(self.script).name}:{self.line_no}" if self.line_no else ""
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Measurement:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def check_syntax(script: Path) -> Measurement | None:
+    """A syntax error needs no GPU to find: report it before starting anything."""
+    source = script.read_text(encoding="utf-8", errors="replace")
+    try:
+        compile(source, str(script), "exec")
+    except SyntaxError as err:
+        return Measurement(
+            script=str(script),
+            status="syntax",
+            error_type=type(err).__name__,
+            message=err.msg,
+            line_no=err.lineno,
+            line=(err.text or "").rstrip("\n"),
+        )
+    return None
+
+
+def child_env(alloc_conf: str) -> dict:
+    env = dict(os.environ)
+    for var in ALLOC_CONF_VARS:
+        env.pop(var, None)
+    if alloc_conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+    # One visible GPU, so the budget caps everything the script can reach.
+    env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    env["PYTHONHASHSEED"] = "0"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def measure(
+    script: Path,
+    *,
+    budget_bytes: int | None,
+    alloc_conf: str = "",
+    time_limit_s: float = 120,
+    seed: int = 0,
+    args: tuple[str, ...] = (),
+    require_cuda: bool = True,
+    tool: dict | None = None,
+) -> Measurement:
+    """Run ``script`` once under the budget in a fresh process and measure it.
+
+    ``require_cuda=False`` runs it without a GPU and without memory figures; the
+    project's own tests use it to exercise every way a run can end on CI.
+    ``budget_bytes=None`` runs it uncapped (a script that is not an exercise).
+    ``tool`` names a probe from graders/tools to run around the script:
+    ``{"name": "snapshot", "out_dir": "...", "options": {...}}``.
+    """
+    script = Path(script).resolve()
+    if not script.is_file():
+        return Measurement(script=str(script), status="missing", message=f"{script} does not exist")
+    if failed := check_syntax(script):
+        failed.budget_bytes = budget_bytes
+        return failed
+
+    with tempfile.TemporaryDirectory(prefix="oomlab-") as tmp:
+        tmp = Path(tmp)
+        spec = {
+            "script": str(script),
+            "args": list(args),
+            "budget_bytes": budget_bytes,
+            "seed": seed,
+            "require_cuda": require_cuda,
+            "result_path": str(tmp / "result.json"),
+            "tool": tool,
+        }
+        (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+        out, err = tmp / "stdout.txt", tmp / "stderr.txt"
+        status = None
+        start = time.perf_counter()
+        with open(out, "wb") as fout, open(err, "wb") as ferr:
+            proc = subprocess.Popen(
+                [sys.executable, str(CHILD), str(tmp / "spec.json")],
+                cwd=script.parent,
+                env=child_env(alloc_conf),
+                stdin=subprocess.DEVNULL,
+                stdout=fout,
+                stderr=ferr,
+                start_new_session=True,  # so a timeout can stop everything the script started
+            )
+            try:
+                proc.wait(timeout=time_limit_s)
+            except subprocess.TimeoutExpired:
+                status = "timeout"
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        process_s = time.perf_counter() - start
+
+        result_path = tmp / "result.json"
+        if status == "timeout":
+            result = {"status": "timeout", "message": f"the script ran longer than its limit of {time_limit_s:g} s"}
+        elif result_path.exists():
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        else:
+            how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with code {proc.returncode}"
+            result = {"status": "crashed", "message": f"the process {how} before the harness could measure it"}
+        result.update(stdout=_tail(out), stderr=_tail(err))
+
+    m = Measurement.from_json({**result, "script": str(script), "budget_bytes": budget_bytes})
+    m.process_s = process_s
+    return m
+
+
+def measure_exercise_file(exercise, script: Path, **kwargs) -> Measurement:
+    """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit."""
+    return measure(
+        script,
+        budget_bytes=kwargs.pop("budget_bytes", exercise.budget_bytes),
+        alloc_conf=exercise.alloc_conf,
+        time_limit_s=exercise.time_limit_s,
+        **kwargs,
+    )

@@ -1,0 +1,65 @@
+"""``oomlab doctor``: what this machine can and cannot do for the course."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+
+from oomlab.errors import OomLabError
+from oomlab.units import GIB
+
+
+
+def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
+    """Rows of (level, item, finding), level in ok/warn/fail; and whether measuring can work."""
+    rows: list[tuple[str, str, str]] = []
+    ok = sys.version_info >= (3, 10)
+    rows.append(("ok" if ok else "fail", "Python", f"{platform.python_version()} ({sys.executable})"))
+
+    exercises = []
+    try:
+        from oomlab.course import Course
+
+        course = Course()
+        exercises = course.exercises
+        rows.append(("ok", "course", f"{course.root}: {len(exercises)} exercises, every manifest valid"))
+    except OomLabError as err:
+        rows.append(("fail", "course", str(err)))
+
+    try:
+        import torch
+    except ImportError:
+        rows.append(("fail", "torch", "not installed: `make start` installs it"))
+        return rows, False
+    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    too_old = version < (2, 4)
+    rows.append(("fail" if too_old else "ok", "torch", f"{torch.__version__}" + (" (the course needs 2.4 or newer)" if too_old else "")))
+    if torch.version.cuda is None:
+        rows.append(("fail", "CUDA", "this torch is a CPU-only build; install a CUDA build of torch"))
+        return rows, False
+    if not torch.cuda.is_available():
+        rows.append(("fail", "GPU", f"torch is built for CUDA {torch.version.cuda} but sees no GPU (driver, CUDA_VISIBLE_DEVICES?)"))
+        return rows, False
+    props = torch.cuda.get_device_properties(0)
+    free, total = torch.cuda.mem_get_info(0)
+    rows.append(("ok", "GPU", f"{props.name}: {total / GIB:.1f} GiB, {free / GIB:.1f} GiB free, CUDA {torch.version.cuda}"))
+
+    ready = not too_old and ok
+    for ex in exercises:
+        if total < ex.budget_bytes:
+            level, finding = "fail", f"needs {ex.budget_bytes / GIB:.2f} GiB; the GPU has {total / GIB:.2f} GiB"
+        elif free < ex.budget_bytes:
+            level, finding = "fail", f"needs {ex.budget_bytes / GIB:.2f} GiB free; only {free / GIB:.2f} GiB is (nvidia-smi shows who holds it)"
+        else:
+            level, finding = "ok", f"budget {ex.budget_bytes / GIB:.2f} GiB fits"
+        ready &= level == "ok"
+        rows.append((level, f"budget {ex.id}", finding))
+
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        if value := os.environ.get(var):
+            rows.append(("warn", var, f"set to {value!r} in your shell; oomlab runs each exercise with the settings in its exercise.toml instead"))
+    if not any(r[1].startswith("PYTORCH") for r in rows):
+        rows.append(("ok", "allocator settings", "none set in your shell; each exercise uses the settings in its exercise.toml"))
+    return rows, ready

@@ -1,0 +1,486 @@
+"""MkDocs hooks: the course site's exercise and measurement pages, generated at build time.
+
+``mkdocs.yml`` names this file under ``hooks:``. Nothing here is written to disk:
+
+- one page per exercise, ``exercises/<id>.md``, from its ``exercise.toml`` (title,
+  workflow step, summary, budget, checks, hints, wrong fixes) and its buggy script,
+  read verbatim; the reference solution is never shown;
+- ``measurements.md``, every figure rendered from ``course/measurements/verify.json``
+  (written by ``oomlab verify`` on a GPU), so no number a run produced is typed by hand;
+- the ``Exercises`` section of the nav, in course order;
+- in hand-written pages, ``<!-- oomlab:exercises -->`` becomes a table of the
+  exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File
+
+log = logging.getLogger("mkdocs.hooks.oomlab")
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders.site
+    sys.path.insert(0, str(_ROOT))
+
+from oomlab.errors import OomLabError  # noqa: E402
+from oomlab.course.manifest import STEPS, Exercise  # noqa: E402
+from oomlab.units import MIB  # noqa: E402
+
+VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
+FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab figures`
+MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
+
+# The three workflow steps, as workflow.md titles them; its headings carry these ids.
+STEP_TITLES = {
+    "snapshot": "1. Take an allocator snapshot",
+    "hunt": "2. Hunt dangling graph references",
+    "profile": "3. Profile the peak",
+}
+assert set(STEP_TITLES) == set(STEPS), "every workflow step needs a title here"
+
+FIGURES = (  # (verify.json key, column heading)
+    ("peak_allocated", "Peak allocated"),
+    ("peak_reserved", "Peak reserved"),
+    ("inactive_split_peak", "Non-releasable"),
+)
+# Wide tables need the room: the generated pages go without the right-hand table of contents.
+FRONT_MATTER = "---\nhide:\n  - toc\n---\n\n"
+
+# Per build: the exercises in course order and the parsed verify.json.
+_state: dict = {"exercises": [], "report": None, "report_problem": "", "figures": {}}
+
+
+# --------------------------------------------------------------------------- formatting
+
+_CODE_LIKE = re.compile(
+    r"\.?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\((?:[^()]|\([^()]*\))*\)"  # calls: f(x), a.b(c=[1, 2])
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"  # dotted names: torch.empty
+    r"|[A-Za-z]\w*_\w+"  # snake_case names: self_cuda_memory_usage
+)
+_NOT_CODE = {"e.g", "i.e"}
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]])")
+
+
+def _escape(text: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("<", "&lt;")
+
+
+def upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def prose(text: str) -> str:
+    """Plain manifest text as Markdown: code-like words as inline code, the rest escaped.
+
+    Text that already uses backticks is taken to be Markdown and left alone.
+    """
+    text = " ".join(text.split())
+    if "`" in text:
+        return text
+    out, last = [], 0
+    for m in _CODE_LIKE.finditer(text):
+        if m.group(0).lower() in _NOT_CODE:
+            continue
+        out.append(_escape(text[last : m.start()]))
+        out.append(f"`{m.group(0)}`")
+        last = m.end()
+    out.append(_escape(text[last:]))
+    return "".join(out)
+
+
+def cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def mib(n) -> str:
+    return "n/a" if n is None else f"{n / MIB:,.1f}"
+
+
+def budget(ex: Exercise) -> str:
+    return f"{ex.budget_bytes / MIB:,.0f} MiB ({ex.budget_bytes:,} bytes)" if ex.budget_bytes % MIB == 0 else f"{ex.budget_mib:,.2f} MiB ({ex.budget_bytes:,} bytes)"
+
+
+def fence(code: str, info: str) -> str:
+    """A fenced block that the code itself cannot close."""
+    longest = max((len(m) for m in re.findall(r"`{3,}", code)), default=2)
+    ticks = "`" * (longest + 1)
+    return f"{ticks} {info}\n{code.rstrip()}\n{ticks}"
+
+
+def edit_diff(edit) -> str:
+    """A wrong fix's edit as the lines it removes and adds, with the unchanged ones as context."""
+    old, new = edit.find.rstrip("\n").split("\n"), edit.replace.rstrip("\n").split("\n")
+    lines = difflib.unified_diff(old, new, lineterm="", n=max(len(old), len(new)))
+    return "\n".join(line for line in lines if not line.startswith(("---", "+++", "@@")))
+
+
+def page_uri(ex: Exercise) -> str:
+    return f"exercises/{ex.id}.md"
+
+
+def link_from(page_src_uri: str, target: str) -> str:
+    """A relative link from one docs page's source path to another."""
+    depth = page_src_uri.count("/")
+    return "../" * depth + target
+
+
+# --------------------------------------------------------------------------- verify.json
+
+def load_report(docs_dir: Path) -> tuple[dict | None, str]:
+    path = docs_dir / VERIFY_JSON
+    if not path.is_file():
+        return None, f"There is no {path.name} yet: on a CUDA GPU, `make verify` (`oomlab verify --json course/{VERIFY_JSON}`) writes it."
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise PluginError(f"course/{VERIFY_JSON} is not valid JSON: {err}") from None
+    if not isinstance(report, dict) or not isinstance(report.get("exercises"), list):
+        raise PluginError(f"course/{VERIFY_JSON} has no 'exercises' list; write it with `oomlab verify`.")
+    return report, ""
+
+
+def measured(ex_id: str) -> dict | None:
+    report = _state["report"]
+    if not report:
+        return None
+    return next((row for row in report["exercises"] if row.get("id") == ex_id), None)
+
+
+def measured_on(report: dict) -> str:
+    return f"{report.get('gpu') or 'unknown GPU'}, torch {report.get('torch') or '?'}"
+
+
+def measured_date(report: dict) -> str:
+    created = report.get("created") or ""
+    try:
+        return datetime.fromisoformat(created).strftime("%Y-%m-%d %H:%M %Z").strip()
+    except ValueError:
+        return created or "unknown date"
+
+
+def run_row(label: str, run: dict) -> str:
+    failed = run.get("failed_checks") or []
+    oom = run.get("oom")
+    cells = [
+        label,
+        str(run.get("verdict") or "n/a"),
+        "n/a" if oom is None else ("yes" if oom else "no"),
+        *(mib(run.get(key)) for key, _ in FIGURES),
+        "n/a" if run.get("retries") is None else str(run["retries"]),
+        ", ".join(failed) or "none",
+    ]
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
+
+
+RUN_HEADER = (
+    "| Run | Verdict | OOM | " + " | ".join(h for _, h in FIGURES) + " | Retries | Failed checks |\n"
+    "|---|---|---|" + "---:|" * len(FIGURES) + "---:|---|"
+)
+
+
+def runs(row: dict) -> list[tuple[str, dict]]:
+    out = []
+    if row.get("buggy"):
+        out.append(("buggy script", row["buggy"]))
+    if row.get("solution"):
+        out.append(("reference solution", row["solution"]))
+    for fix in row.get("wrong_fixes") or []:
+        out.append((f"wrong fix: {fix.get('name', '?')}", fix))
+    return out
+
+
+def staleness(ex: Exercise, row: dict) -> list[str]:
+    """Ways the manifest has changed since the measurement."""
+    problems = []
+    if row.get("budget_bytes") != ex.budget_bytes:
+        problems.append(f"the budget was {mib(row.get('budget_bytes'))} MiB then and is {mib(ex.budget_bytes)} MiB now")
+    then = {f.get("name") for f in row.get("wrong_fixes") or []}
+    now = {f.name for f in ex.wrong_fixes}
+    if then != now:
+        problems.append("the wrong fixes measured are not the ones the manifest lists now")
+    return problems
+
+
+def expectation_notes(row: dict) -> list[str]:
+    notes = []
+    for label, run in runs(row):
+        if run.get("as_expected") is False:
+            want = run.get("expected_failure")
+            notes.append(
+                f"{label} did not behave as the course expects"
+                + (f" (it should fail `{want}`)." if want else " (it should pass every check).")
+            )
+    if row.get("repeatable") is False:
+        notes.append("the reference solution's allocator figures differed between its two runs.")
+    return notes
+
+
+# --------------------------------------------------------------------------- pages
+
+def exercise_page(ex: Exercise, number: int, total: int) -> str:
+    from oomlab.grading.checks import ALWAYS, CHECKS
+
+    uri = page_uri(ex)
+    script = ex.learner_path
+    if not script.is_file():
+        raise PluginError(f"{ex.manifest_path}: its script {script} does not exist.")
+    rel_script = script.relative_to(ex.root).as_posix()
+    step_link = link_from(uri, f"workflow.md#{ex.step}")
+    alloc = f"`PYTORCH_CUDA_ALLOC_CONF={ex.alloc_conf}`" if ex.alloc_conf else "the defaults (no `PYTORCH_CUDA_ALLOC_CONF`)"
+
+    md = [
+        f"# {ex.title}",
+        "",
+        f"Exercise {number} of {total}. Workflow step: [{STEP_TITLES[ex.step]}]({step_link}).",
+        "",
+        prose(ex.summary),
+        "",
+        "| Exercise | |",
+        "|---|---|",
+        f"| Memory budget | {budget(ex)} |",
+        f"| Allocator settings | {alloc} |",
+        f"| Time limit | {ex.time_limit_s:g} s |",
+        f"| The file you edit | `{rel_script}` |",
+        "",
+        "## Run it",
+        "",
+        fence(
+            f"oomlab run {ex.id}     # run it under the budget\n"
+            f"oomlab check {ex.id}   # grade it: the checks below\n"
+            f"oomlab hint {ex.id}    # the next hint",
+            "bash",
+        ),
+        "",
+        f"## The script: `{rel_script}`",
+        "",
+        f"As shipped. Fix it in place, without changing what it computes: the grader compares "
+        f"your run with a reference fix on the same GPU.",
+        "",
+        fence(script.read_text(encoding="utf-8"), f'python linenums="1" title="{rel_script}"'),
+        "",
+        "## What the grader checks",
+        "",
+        "| Check | Settings | Why |",
+        "|---|---|---|",
+    ]
+    for name in [*ALWAYS, *(n for n in ex.checks if n not in ALWAYS)]:
+        params = ", ".join(f"{k} = {v}" for k, v in ex.checks.get(name, {}).items()) or "-"
+        symptom = " (the seeded bug fails this one)" if name == ex.symptom else ""
+        md.append(f"| `{name}`{symptom} | {cell(params)} | {cell(CHECKS[name].why)} |")
+
+    md += ["", "## Hints", "", f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.", ""]
+    for i, hint in enumerate(ex.hints, 1):
+        md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
+
+    md += measurement_section(ex)
+    md += figure_section(ex)
+    md += wrong_fix_section(ex)
+    return FRONT_MATTER + "\n".join(md) + "\n"
+
+
+def measurement_section(ex: Exercise) -> list[str]:
+    report, row = _state["report"], measured(ex.id)
+    uri = page_uri(ex)
+    if row is None:
+        why = _state["report_problem"] or f"course/{VERIFY_JSON} has no entry for `{ex.id}` yet."
+        return [
+            "## Measured",
+            "",
+            '!!! info "Not measured yet"',
+            "",
+            f"    {why} `oomlab verify` on a CUDA GPU measures the buggy script, the reference fix and each wrong fix.",
+            "",
+        ]
+    md = [
+        f"## Measured on {measured_on(report)}",
+        "",
+        f"From `oomlab verify`, {measured_date(report)}, CUDA {report.get('cuda') or '?'}; "
+        f"[all exercises]({link_from(uri, 'measurements.md')}). "
+        "Peaks in MiB; *non-releasable* is the peak of `inactive_split_bytes`, free memory inside segments "
+        "that a live block pins; *retries* counts the times the allocator freed its cache and tried again. "
+        "A run that ran out of memory has the peaks it reached up to the failed allocation.",
+        "",
+    ]
+    for problem in staleness(ex, row):
+        md += ['!!! warning "Measured on an older version of this exercise"', "", f"    {upper_first(problem)}: run `oomlab verify` again.", ""]
+    md += [RUN_HEADER, *(run_row(label, run) for label, run in runs(row)), ""]
+    for note in expectation_notes(row):
+        md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
+
+    buggy = row.get("buggy") or {}
+    if buggy.get("message"):
+        where = f" at `{buggy['where']}`" if buggy.get("where") else ""
+        message = buggy["message"] + (" …" if len(buggy["message"]) >= 300 else "")
+        md += [f"The buggy script's error{where} (first line, as recorded):", "", "> " + _escape(message), ""]
+
+    return md
+
+
+def figure_section(ex: Exercise) -> list[str]:
+    """The pictures `oomlab figures` drew for this exercise, with the tool's own one-line finding."""
+    index = _state["figures"]
+    shown = [f for f in index.get("figures", {}).values() if f.get("exercise") == ex.id and f.get("files")]
+    if not shown:
+        return []
+    uri = page_uri(ex)
+    tool = shown[0]["tool"]
+    md = [
+        f"## What `oomlab {tool}` shows",
+        "",
+        f"Drawn by `oomlab figures` on {index.get('gpu', '?')}, torch {index.get('torch', '?')}, "
+        f"{str(index.get('created', '?'))[:10]}: the tool run on the buggy script and on the reference fix.",
+        "",
+    ]
+    for figure in sorted(shown, key=lambda f: f["variant"] != "bug"):
+        label = "The buggy script" if figure["variant"] == "bug" else "The reference fix"
+        md += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
+        for name in figure["files"]:
+            md += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
+        if figure.get("snapshot"):
+            md += [
+                f"[Download this snapshot]({link_from(uri, 'figures/' + figure['snapshot'])}) and drop it on "
+                "[pytorch.org/memory_viz](https://pytorch.org/memory_viz), PyTorch's own viewer, to explore every "
+                "block and its stack yourself; `oomlab snapshot FILE.pickle` reads it offline.",
+                "",
+            ]
+    return md
+
+
+def wrong_fix_section(ex: Exercise) -> list[str]:
+    """The tempting fixes from the manifest, each with why it fails and, if measured, whether it did."""
+    if not ex.wrong_fixes:
+        return []
+    row = measured(ex.id) or {}
+    fixes = {f.get("name"): f for f in row.get("wrong_fixes") or []}
+    md = [
+        "## Tempting fixes that do not work",
+        "",
+        "Each is an edit of the buggy script that the course measures, and the check that catches it.",
+        "",
+    ]
+    for fix in ex.wrong_fixes:
+        run = fixes.get(fix.name)
+        result = ""
+        if run:
+            caught = fix.expect in (run.get("failed_checks") or [])
+            result = f" Measured: {'fails' if caught else 'does NOT fail'} `{fix.expect}`."
+        md += [f'??? failure "`{fix.name}`: caught by `{fix.expect}`"', "", f"    {prose(fix.why)}{result}", ""]
+        for edit in fix.edits:
+            md += ["    " + line if line else "" for line in fence(edit_diff(edit), "diff").split("\n")]
+            md.append("")
+    return md
+
+
+def measurements_page() -> str:
+    report = _state["report"]
+    md = [FRONT_MATTER + "# Measurements", ""]
+    if report is None:
+        return "\n".join(md + ['!!! info "Not measured yet"', "", f"    {_state['report_problem']}", ""]) + "\n"
+    md += [
+        f"Every figure below comes from [`{VERIFY_JSON}`]({VERIFY_JSON}), the report `oomlab verify` wrote.",
+        "",
+        "| Report | |",
+        "|---|---|",
+        f"| GPU | {cell(str(report.get('gpu')))} |",
+        f"| torch | {cell(str(report.get('torch')))} |",
+        f"| CUDA | {cell(str(report.get('cuda')))} |",
+        f"| Date | {measured_date(report)} |",
+        f"| Wall time | {report.get('wall_s', 'n/a')} s |",
+        f"| Every run as expected | {'yes' if report.get('ok') else 'no'} |",
+        "",
+        "Each run is a fresh process under the exercise's budget. *Peak allocated* is the allocator's "
+        "`allocated_bytes.all.peak`, *peak reserved* `reserved_bytes.all.peak`, *non-releasable* "
+        "`inactive_split_bytes.all.peak` (the *Non-releasable memory* row of `torch.cuda.memory_summary()`), "
+        "*retries* `num_alloc_retries`. Peaks in MiB. A run that ran out of memory has the peaks it "
+        "reached up to the failed allocation.",
+        "",
+    ]
+    for number, ex in enumerate(_state["exercises"], 1):
+        link = page_uri(ex)
+        row = measured(ex.id)
+        md += [f"## {number}. [{ex.title}]({link})", ""]
+        if row is None:
+            md += [f"Not in this report. Budget {budget(ex)}.", ""]
+            continue
+        md += [f"Budget {budget(ex)}.", ""]
+        for problem in staleness(ex, row):
+            md += [f"!!! warning \"Measured on an older version\"", "", f"    {upper_first(problem)}.", ""]
+        md += [RUN_HEADER, *(run_row(label, r) for label, r in runs(row)), ""]
+        for note in expectation_notes(row):
+            md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
+    known = {ex.id for ex in _state["exercises"]}
+    extra = [row.get("id") for row in report["exercises"] if row.get("id") not in known]
+    if extra:
+        md += ["The report also lists exercises the course no longer has: " + ", ".join(f"`{e}`" for e in extra) + ".", ""]
+    return "\n".join(md) + "\n"
+
+
+def exercise_list(page_src_uri: str, step: str | None) -> str:
+    exercises = _state["exercises"]
+    if step is not None:
+        if step not in STEPS:
+            raise PluginError(f"{page_src_uri}: unknown step {step!r} in an oomlab:exercises marker; use one of {', '.join(STEPS)}.")
+        chosen = [(n, ex) for n, ex in enumerate(exercises, 1) if ex.step == step]
+        items = [f"    - Exercise {n}: [{ex.title}]({link_from(page_src_uri, page_uri(ex))})" for n, ex in chosen]
+        return '!!! example "Practise this step"\n\n' + ("\n".join(items) or "    No exercise teaches this step yet.")
+    lines = ["| # | Exercise | Workflow step | Budget |", "|---:|---|---|---:|"]
+    for n, ex in enumerate(exercises, 1):
+        step_link = link_from(page_src_uri, f"workflow.md#{ex.step}")
+        lines.append(
+            f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) | [{STEP_TITLES[ex.step]}]({step_link}) | {ex.budget_mib:,.0f} MiB |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- hooks
+
+def on_config(config):
+    from oomlab.course import Course
+
+    root = Path(config.config_file_path).resolve().parent
+    try:
+        _state["exercises"] = Course(root).exercises
+    except OomLabError as err:
+        raise PluginError(str(err)) from None
+    _state["report"], _state["report_problem"] = load_report(Path(config.docs_dir))
+    figures = Path(config.docs_dir) / FIGURES_JSON
+    _state["figures"] = json.loads(figures.read_text(encoding="utf-8")) if figures.is_file() else {}
+    if _state["report_problem"]:
+        log.info(_state["report_problem"])
+
+    entries = [{ex.title: page_uri(ex)} for ex in _state["exercises"]]
+    nav = config.nav
+    if nav is not None:
+        slot = next((item for item in nav if isinstance(item, dict) and "Exercises" in item), None)
+        if slot is None:
+            nav.append({"Exercises": entries})
+        elif not slot["Exercises"]:
+            slot["Exercises"] = entries
+    return config
+
+
+def on_files(files, config):
+    for uri in [*(page_uri(ex) for ex in _state["exercises"]), "measurements.md"]:
+        if files.get_file_from_path(uri) is not None:
+            raise PluginError(f"course/{uri} exists, but the site generates that page: remove the file.")
+    total = len(_state["exercises"])
+    for number, ex in enumerate(_state["exercises"], 1):
+        files.append(File.generated(config, page_uri(ex), content=exercise_page(ex, number, total)))
+    files.append(File.generated(config, "measurements.md", content=measurements_page()))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    if "oomlab:exercises" not in markdown:
+        return markdown
+    return MARKER.sub(lambda m: exercise_list(page.file.src_uri, m.group(1)), markdown)

@@ -1,0 +1,271 @@
+"""The checks on hand-made measurements: each passes the honest run and names each cheat in words."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomlab.grading.checks import CHECKS, MIB, run_checks, workload_differences
+from oomlab.errors import OomLabError
+from oomlab.measure.harness import Measurement
+
+BUDGET = 1024 * MIB
+
+
+def stats(**overrides) -> dict:
+    base = {
+        "peak_allocated": 500 * MIB,
+        "peak_reserved": 600 * MIB,
+        "peak_requested": 500 * MIB,
+        "inactive_split_peak": 40 * MIB,
+        "inactive_split_final": 0,
+        "allocated_final": 10 * MIB,
+        "reserved_final": 600 * MIB,
+        "retries": 0,
+        "ooms": 0,
+        "segments_peak": 12,
+    }
+    return {**base, **overrides}
+
+
+def workload(**overrides) -> dict:
+    base = {
+        "optimizer_steps": 3,
+        "samples_per_step": [16, 16, 16],
+        "train_forwards": 3,
+        "train_samples": 48,
+        "train_elements": 48 * 512,
+        "inference_forwards": 2,
+        "inference_samples": 64,
+        "inference_elements": 64 * 512,
+        "devices": ["cuda"],
+        "backward_calls": 3,
+        "losses": [2.5, 2.0, 1.5],
+        "param_count": 1000,
+        "weights_sum": 12.5,
+        "weights_norm": 30.0,
+    }
+    return {**base, **overrides}
+
+
+def measurement(status="ok", stats_=None, workload_=None, **fields) -> Measurement:
+    return Measurement(
+        script="/course/exercises/ex/train.py",
+        status=status,
+        stats=stats() if stats_ is None else stats_,
+        workload=workload() if workload_ is None else workload_,
+        budget_bytes=BUDGET,
+        **fields,
+    )
+
+
+REF = measurement()
+
+
+def check(name: str, m: Measurement, ref: Measurement | None = REF, **params):
+    return CHECKS[name].evaluate(m, ref, params)
+
+
+def test_the_honest_run_passes_every_check():
+    for name in CHECKS:
+        result = check(name, measurement())
+        assert result.passed, (name, result)
+        assert result.detail == ""
+        assert result.why
+
+
+# --- same_workload ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"samples_per_step": [16, 8, 16], "train_samples": 40}, ["Step 2", "8 samples", "smaller batch"]),
+        ({"optimizer_steps": 2, "samples_per_step": [16, 16], "train_samples": 32}, ["2 optimizer steps", "runs 3", "Fewer steps"]),
+        ({"inference_samples": 16, "inference_elements": 16 * 512}, ["saw 16 samples", "reference sees 64", "Skipping evaluation"]),
+        ({"inference_samples": 0, "inference_elements": 0, "inference_forwards": 0}, ["saw 0 samples", "Skipping evaluation"]),
+        ({"train_elements": 48 * 256}, ["12,288 elements", "24,576", "Shorter or fewer sequences"]),
+        ({"devices": ["cpu", "cuda"]}, ["ran on cpu", "runs on the GPU"]),
+    ],
+    ids=["smaller-batch", "fewer-steps", "less-eval-data", "no-eval", "shorter-sequences", "cpu-device"],
+)
+def test_same_workload_names_the_cheat(changes, words):
+    result = check("same_workload", measurement(workload_=workload(**changes)))
+    assert not result.passed
+    for word in words:
+        assert word in result.detail, (word, result.detail)
+
+
+def test_same_workload_reports_each_difference_once():
+    w = workload(samples_per_step=[16, 8, 4], train_elements=1, inference_samples=1)
+    problems = workload_differences(w, workload())
+    # One line for the batch (not one per step, and not the elements it implies), one for evaluation.
+    assert len(problems) == 2
+    assert "Step 2" in problems[0] and "Evaluation" in problems[1]
+
+
+def test_same_workload_of_a_run_that_recorded_nothing():
+    result = check("same_workload", measurement(workload_={}))
+    assert not result.passed and "Fewer steps" in result.detail
+    assert not check("same_workload", measurement(), ref=measurement(workload_={})).passed
+
+
+# --- same_results ----------------------------------------------------------------------------
+
+
+def test_same_results_within_tolerance_passes():
+    w = workload(losses=[2.5 * (1 + 5e-4), 2.0, 1.5], weights_sum=12.5 * (1 - 5e-4))
+    assert check("same_results", measurement(workload_=w), rtol=1e-3).passed
+    assert not check("same_results", measurement(workload_=w), rtol=1e-4).passed
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"losses": [2.5, 2.1, 1.5]}, ["At step 2", "altered what the model computes"]),
+        ({"losses": [2.5, 2.0]}, ["backward() ran 2 times", "runs it 3 times"]),
+        ({"weights_sum": 13.0}, ["final weights differ", "sum 13.0 vs 12.5"]),
+        ({"weights_norm": 31.0}, ["final weights differ", "norm 31.0 vs 30.0"]),
+        ({"weights_sum": None, "weights_norm": None}, ["final weights differ", "None"]),
+    ],
+    ids=["other-loss", "fewer-losses", "other-weights-sum", "other-weights-norm", "no-weights"],
+)
+def test_same_results_names_the_difference(changes, words):
+    result = check("same_results", measurement(workload_=workload(**changes)))
+    assert not result.passed
+    for word in words:
+        assert word in result.detail, (word, result.detail)
+
+
+# --- no_oom ----------------------------------------------------------------------------------
+
+
+def test_oom_names_where():
+    m = measurement(
+        status="oom",
+        stats_=stats(ooms=1),
+        message="CUDA out of memory. Tried to allocate 2.00 GiB.\nmore lines",
+        line_no=42,
+        line="features.append(encoder(x))",
+    )
+    result = check("no_oom", m)
+    assert not result.passed
+    assert result.measured == "OOM at train.py:42"
+    assert result.detail == "CUDA out of memory. Tried to allocate 2.00 GiB."
+
+
+def test_oom_caught_by_the_script_still_fails():
+    # The script swallowed the OutOfMemoryError and ran to its end: the allocator's counter remembers.
+    result = check("no_oom", measurement(status="ok", stats_=stats(ooms=2)))
+    assert not result.passed
+    assert "caught it" in result.detail
+
+
+# --- untampered ------------------------------------------------------------------------------
+
+
+def test_tampering_is_named():
+    m = measurement(tamper=["reset the peak memory statistics the grader reads (torch._C._cuda_resetPeakMemoryStats)"])
+    result = check("untampered", m)
+    assert not result.passed
+    assert "reset the peak memory statistics" in result.detail
+
+
+def test_reserving_more_than_the_budget_is_tampering():
+    result = check("untampered", measurement(stats_=stats(peak_reserved=BUDGET + MIB)))
+    assert not result.passed
+    assert "1,025.0 MiB, more than the 1,024.0 MiB budget" in result.detail
+    assert check("untampered", measurement(stats_=stats(peak_reserved=BUDGET))).passed
+
+
+# --- retries ---------------------------------------------------------------------------------
+
+
+def test_retries_above_max_fail():
+    assert check("retries", measurement(stats_=stats(retries=2)), max=2).passed
+    result = check("retries", measurement(stats_=stats(retries=3)), max=2)
+    assert not result.passed and "3 time(s)" in result.detail
+    assert not check("retries", measurement(stats_=stats(retries=1))).passed  # max defaults to 0
+
+
+def test_retries_without_figures_fail():
+    m = measurement()
+    m.stats = None
+    result = check("retries", m)
+    assert not result.passed and "No allocator figures" in result.detail
+
+
+# --- relative bytes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["peak_allocated", "peak_reserved", "inactive_split_peak"])
+def test_relative_bytes_tolerance(name):
+    ref = measurement(stats_=stats(**{name: 400 * MIB}))
+    at = lambda n: measurement(stats_=stats(**{name: n}))  # noqa: E731
+    assert check(name, at(440 * MIB), ref, tolerance=0.10).passed
+    failed = check(name, at(440 * MIB + 1), ref, tolerance=0.10)
+    assert not failed.passed
+    assert "1.10x the reference's 400.0 MiB" in failed.detail
+    assert "440.0 MiB" in failed.threshold
+    # Without a tolerance the default is 10%.
+    assert check(name, at(440 * MIB), ref).passed
+    assert not check(name, at(441 * MIB), ref).passed
+    assert check(name, at(600 * MIB), ref, tolerance=0.5).passed
+
+
+@pytest.mark.parametrize("name", ["peak_allocated", "peak_reserved", "inactive_split_peak"])
+def test_relative_bytes_slack_for_small_figures(name):
+    ref = measurement(stats_=stats(**{name: 10 * MIB}))
+    at = lambda n: measurement(stats_=stats(**{name: n}))  # noqa: E731
+    # 10% of 10 MiB is 1 MiB; the slack allows 32 MiB more.
+    assert not check(name, at(12 * MIB), ref, tolerance=0.10).passed
+    assert check(name, at(42 * MIB), ref, tolerance=0.10, slack_mib=32).passed
+    assert not check(name, at(42 * MIB + 1), ref, tolerance=0.10, slack_mib=32).passed
+
+
+def test_relative_bytes_without_figures_fail():
+    m = measurement()
+    m.stats = None
+    result = check("peak_allocated", m)
+    assert not result.passed and "No memory figures" in result.detail
+    assert not check("peak_allocated", measurement(), ref=None).passed
+
+
+# --- running and validating checks -----------------------------------------------------------
+
+
+def test_run_checks_always_includes_untampered():
+    tampered = measurement(tamper=["changed the exercise's memory budget (torch._C._cuda_setMemoryFraction)"])
+    results = run_checks({"no_oom": {}}, tampered, REF)
+    assert [r.name for r in results] == ["untampered", "no_oom"]
+    assert not results[0].passed
+    assert [r.name for r in run_checks({}, measurement(), REF)] == ["untampered"]
+    # Named in the manifest too: still run once.
+    assert [r.name for r in run_checks({"no_oom": {}, "untampered": {}}, measurement(), REF)] == ["untampered", "no_oom"]
+
+
+def test_run_checks_passes_the_manifests_parameters():
+    m = measurement(stats_=stats(retries=1))
+    assert not run_checks({"retries": {}}, m, REF)[1].passed
+    assert run_checks({"retries": {"max": 1}}, m, REF)[1].passed
+
+
+@pytest.mark.parametrize(
+    "name, params, words",
+    [
+        ("retries", {"maximum": 1}, ["unknown parameter 'maximum'", "Allowed: max"]),
+        ("retries", {"max": 1.5}, ["max should be a int"]),
+        ("retries", {"max": True}, ["max should be a int"]),
+        ("peak_allocated", {"tolerance": "10%"}, ["tolerance should be a float"]),
+        ("no_oom", {"strict": True}, ["unknown parameter 'strict'", "Allowed: none"]),
+    ],
+)
+def test_validate_rejects_bad_parameters(name, params, words):
+    with pytest.raises(OomLabError) as err:
+        CHECKS[name].validate(params, where="ex.toml: [checks.x]")
+    for word in words:
+        assert word in str(err.value)
+    assert str(err.value).startswith("ex.toml: [checks.x]")
+
+
+def test_validate_accepts_an_int_for_a_float():
+    CHECKS["peak_allocated"].validate({"tolerance": 1, "slack_mib": 32}, where="ex.toml")

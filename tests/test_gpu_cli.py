@@ -1,0 +1,80 @@
+"""The learner's commands against real GPU runs (skipped without a GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomlab.course import Course
+from oomlab.errors import OomLabError
+from oomlab.grading.verdict import grade
+from oomlab.measure.harness import measure
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def course(tmp_path) -> Path:
+    for part in ("exercises", "solutions"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    return tmp_path
+
+
+def oomlab(course: Path, *args: str) -> subprocess.CompletedProcess:
+    # PYTHONPATH: the graders under test, whether or not the course is installed.
+    env = {**os.environ, "OOMLAB_ROOT": str(course), "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=course, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_run_shows_where_the_oom_happened(course):
+    done = oomlab(course, "run", "feature-cache")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "CUDA out of memory" in out and "features.append(encoder(x))" in out
+    assert "non-releasable" in out and "Traceback" not in out
+
+
+def test_a_real_fix_passes_and_unlocks_the_solution(course):
+    oomlab(course, "list")  # first sight keeps the originals, as `make start` does
+    shutil.copy(course / "solutions/eval-graphs/train.py", course / "exercises/eval-graphs/train.py")
+    done = oomlab(course, "check", "eval-graphs")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "eval-graphs passes" in done.stdout
+    shown = oomlab(course, "solution", "eval-graphs")
+    assert shown.returncode == 0 and "torch.no_grad" in shown.stdout
+
+
+def test_a_failing_check_names_the_failed_checks(course):
+    done = oomlab(course, "check", "one-hot-peak")
+    assert done.returncode == 1
+    assert "FAIL" in done.stdout and "no_oom" in done.stdout and "does not pass yet" in done.stdout
+
+
+def test_a_gpu_smaller_than_the_budget_is_named(course):
+    ex = Course(course).get("eval-graphs")
+    m = measure(ex.learner_path, budget_bytes=1 << 50)
+    assert m.status == "gpu_too_small"
+    big = dataclasses.replace(ex, budget_bytes=1 << 50)
+    with pytest.raises(OomLabError, match="smaller than"):
+        grade(big, ex.learner_path)
+
+
+def test_tools_name_a_script_that_stops_before_using_the_gpu(course):
+    (course / "early.py").write_text("import sys\nimport torch\nsys.exit(0)\nx = torch.ones(1, device='cuda')\n")
+    (course / "fails.py").write_text("import torch\nraise ValueError('no data found')\n")
+    expected = {
+        "early.py": "early.py finished without allocating any GPU memory",
+        "fails.py": "fails.py stopped (ValueError at fails.py:2: no data found) without allocating any GPU memory",
+    }
+    for tool in ("snapshot", "hunt", "profile"):
+        for script, message in expected.items():
+            done = oomlab(course, tool, script)
+            out = " ".join((done.stdout + done.stderr).split())
+            assert done.returncode == 2 and message in out and "Traceback" not in out, (tool, script, out)

@@ -1,0 +1,227 @@
+"""Every way a measured run can end, on CPU: ``require_cuda=False`` runs the child without a GPU.
+
+Each test that starts a process costs a few seconds (the child imports torch),
+so the successful run is measured once and shared by the tests that read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from oomlab.measure import harness
+from oomlab.measure.harness import measure
+
+BUDGET = 1 << 30
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def run(script: Path, **kwargs):
+    kwargs.setdefault("time_limit_s", 60)
+    return measure(script, budget_bytes=BUDGET, require_cuda=kwargs.pop("require_cuda", False), **kwargs)
+
+
+@pytest.fixture
+def no_process(monkeypatch):
+    """Fail the test if the harness starts a process."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the harness started a process")
+
+    monkeypatch.setattr(harness.subprocess, "Popen", refuse)
+
+
+OK_SCRIPT = """
+import json, os, sys
+
+import torch
+from torch import nn
+
+import helper  # a module next to the script
+
+print(json.dumps({"cwd": os.getcwd(), "argv0": sys.argv[0], "path0": sys.path[0], "helper": helper.VALUE}))
+
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = []
+for step in range(3):
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    loss = ((model(x) - y) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    losses.append(loss.item())
+    optimizer.step()
+    with torch.no_grad():  # autograd off: an inference forward, even in training mode
+        model(torch.randn(5, 4))
+
+weights = [p.detach().double() for p in model.parameters()]
+print(json.dumps({
+    "losses": losses,
+    "sum": float(sum(w.sum() for w in weights)),
+    "norm": float(sum((w * w).sum() for w in weights)) ** 0.5,
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def ok_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ok")
+    write(folder, "helper.py", "VALUE = 'sibling import works'\n")
+    script = write(folder, "train.py", OK_SCRIPT)
+    m = run(script)
+    assert m.status == "ok", (m.status, m.message, m.stderr)
+    env, figures = (json.loads(line) for line in m.stdout.splitlines()[-2:])
+    return script, m, env, figures
+
+
+def test_ok_run_records_the_workload(ok_run):
+    script, m, _, figures = ok_run
+    w = m.workload
+    assert w["optimizer_steps"] == 3
+    assert w["samples_per_step"] == [16, 16, 16]
+    assert (w["train_forwards"], w["train_samples"], w["train_elements"]) == (3, 48, 48 * 4)
+    assert (w["inference_forwards"], w["inference_samples"], w["inference_elements"]) == (3, 15, 15 * 4)
+    assert w["devices"] == ["cpu"]
+    assert w["backward_calls"] == 3
+    assert w["param_count"] == 4 * 8 + 8 + 8 * 1 + 1
+    # Losses are recorded at backward(), and they are the script's own losses.
+    assert w["losses"] == pytest.approx(figures["losses"], rel=1e-6)
+    # The final weights are the ones the script ends with.
+    assert w["weights_sum"] is not None
+    assert w["weights_sum"] == pytest.approx(figures["sum"], rel=1e-9)
+    assert w["weights_norm"] == pytest.approx(figures["norm"], rel=1e-9)
+    # Without CUDA there are no allocator figures, and nothing was tampered with.
+    assert m.stats is None
+    assert m.tamper == [] and m.alloc_conf_changed == []
+    assert m.script == str(script.resolve())
+    assert m.budget_bytes == BUDGET
+    assert m.wall_s is not None and m.process_s >= m.wall_s
+
+
+def test_child_runs_like_python_script(ok_run):
+    script, _, env, _ = ok_run
+    folder = script.resolve().parent
+    assert Path(env["cwd"]).resolve() == folder
+    assert Path(env["argv0"]).resolve() == script.resolve()
+    assert Path(env["path0"]).resolve() == folder
+    assert env["helper"] == "sibling import works"
+
+
+def test_error_points_at_the_learners_line(tmp_path):
+    write(tmp_path, "helper.py", "def check(n):\n    raise ValueError(f'bad value {n}')\n")
+    script = write(
+        tmp_path,
+        "train.py",
+        """
+        import helper
+
+        def step():
+            helper.check(-1)
+
+        step()
+        """,
+    )
+    m = run(script)
+    assert m.status == "error"
+    assert m.error_type == "ValueError"
+    assert m.message == "bad value -1"
+    # The last frame in the learner's file, not the helper's line where it was raised.
+    assert m.line_no == 4
+    assert m.line == "helper.check(-1)"
+    assert m.where == "train.py:4"
+    assert "ValueError: bad value -1" in m.traceback
+    assert m.workload is not None  # the figures are still written after an error
+
+
+def test_syntax_error_is_reported_without_a_process(tmp_path, no_process):
+    script = write(tmp_path, "train.py", "x = 1\ny = (2,\nprint(x y)\n")
+    start = time.perf_counter()
+    m = run(script)
+    assert time.perf_counter() - start < 1.0
+    assert m.status == "syntax"
+    assert m.error_type == "SyntaxError"
+    assert m.line_no in (2, 3)
+    assert m.line in ("y = (2,", "print(x y)")
+    assert m.message
+    assert m.budget_bytes == BUDGET
+
+
+def test_missing_script(tmp_path, no_process):
+    m = run(tmp_path / "nope.py")
+    assert m.status == "missing"
+    assert "nope.py does not exist" in m.message
+
+
+def process_state(pid: int) -> str | None:
+    """'Z' for a zombie, None once gone, else the state letter from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def test_timeout_stops_the_script_and_what_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    script = write(
+        tmp_path,
+        "train.py",
+        f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        while True:
+            time.sleep(0.05)
+        """,
+    )
+    m = run(script, time_limit_s=6)
+    assert m.status == "timeout"
+    assert "limit of 6 s" in m.message
+    assert 6 <= m.process_s < 20
+    # The whole process group is killed, not just the measuring process.
+    assert pid_file.exists(), "the script did not get to start its own child within 6 s"
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while process_state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    state = process_state(pid)
+    if state not in (None, "Z"):
+        os.kill(pid, 9)
+    assert state in (None, "Z"), f"the script's own child {pid} survived the timeout"
+
+
+def test_sys_exit_with_a_code(tmp_path):
+    m = run(write(tmp_path, "train.py", "import sys\nprint('leaving')\nsys.exit(3)\n"))
+    assert m.status == "exit"
+    assert "sys.exit(3)" in m.message
+    assert "leaving" in m.stdout
+
+
+def test_os_exit_is_a_crash(tmp_path):
+    m = run(write(tmp_path, "train.py", "import os\nprint('bye', flush=True)\nos._exit(0)\n"))
+    assert m.status == "crashed"
+    assert "exited with code 0" in m.message
+    assert "bye" in m.stdout
+    assert m.workload is None  # nothing could be measured
+
+
+def test_no_cuda_when_required(tmp_path, monkeypatch):
+    # No GPU visible, even on a machine that has one: the status is the same everywhere.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    marker = tmp_path / "ran"
+    script = write(tmp_path, "train.py", f"open({str(marker)!r}, 'w').write('ran')\n")
+    m = run(script, require_cuda=True)
+    assert m.status == "no_cuda"
+    assert "sees no CUDA device" in m.message
+    assert m.status in harness.MACHINE_PROBLEMS
+    assert not marker.exists(), "the script ran although the machine cannot measure it"

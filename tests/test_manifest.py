@@ -1,0 +1,189 @@
+"""Broken manifests: each problem is one OomLabError that names the file and what is wrong."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from oomlab.course import Course
+from oomlab.errors import OomLabError
+from oomlab.course.manifest import STEPS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def manifest(root: Path, ex_id: str) -> Path:
+    return root / "exercises" / ex_id / "exercise.toml"
+
+
+def edit(root: Path, ex_id: str, find: str, replace: str) -> Path:
+    """Change one manifest; fails loudly if the manifest no longer holds ``find`` exactly once."""
+    path = manifest(root, ex_id)
+    text = path.read_text(encoding="utf-8")
+    assert text.count(find) == 1, f"{path} no longer contains {find!r} exactly once"
+    path.write_text(text.replace(find, replace), encoding="utf-8")
+    return path
+
+
+def load_error(root: Path) -> str:
+    with pytest.raises(OomLabError) as err:
+        Course(root)
+    return str(err.value)
+
+
+def test_the_copy_loads(course_copy):
+    course = Course(course_copy)
+    assert [e.id for e in course.exercises] == ["feature-cache", "eval-graphs", "one-hot-peak"]
+    ex = course.exercises[0]
+    assert ex.manifest_path == manifest(course_copy, "feature-cache")
+    assert isinstance(ex.time_limit_s, float)  # an int in TOML is accepted where a float is wanted
+    assert all(e.step in STEPS for e in course.exercises)
+
+
+def test_invalid_toml(course_copy):
+    path = edit(course_copy, "eval-graphs", 'order = 2\n', 'order = = 2\n')
+    line = path.read_text().splitlines().index("order = = 2") + 1
+    message = load_error(course_copy)
+    assert f"{path} is not valid TOML" in message
+    assert f"line {line}" in message
+
+
+def test_missing_key(course_copy):
+    path = edit(course_copy, "eval-graphs", 'title = "The evaluation loop that keeps every graph"\n', "")
+    message = load_error(course_copy)
+    assert f"{path}: the key 'title' is missing" in message
+
+
+@pytest.mark.parametrize(
+    "find, replace, words",
+    [
+        ("budget_bytes = 1_073_741_824", 'budget_bytes = "1 GiB"', "'budget_bytes' should be a int, found str '1 GiB'"),
+        ("order = 2", "order = true", "'order' should be a int, found bool True"),
+        ("time_limit_s = 120", 'time_limit_s = "2 min"', "'time_limit_s' should be a float, found str"),
+        ('alloc_conf = ""', "alloc_conf = 5", "'alloc_conf' should be a str, found int 5"),
+        ("[checks.same_results]\nrtol", "[checks]\nsame_results = 3\n[checks.x]\nrtol", "[checks.same_results] must be a table"),
+    ],
+    ids=["budget-str", "order-bool", "time-limit-str", "alloc-conf-int", "check-not-a-table"],
+)
+def test_wrong_type(course_copy, find, replace, words):
+    path = edit(course_copy, "eval-graphs", find, replace)
+    message = load_error(course_copy)
+    assert str(path) in message
+    assert words in message
+
+
+def test_hints_must_be_non_empty_strings(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(re.sub(r"hints = \[.*?\n\]\n", "hints = []\n", text, flags=re.S), encoding="utf-8")
+    message = load_error(course_copy)
+    assert f"{path}: hints must be a non-empty list of strings" in message
+
+
+def test_unknown_check(course_copy):
+    path = edit(course_copy, "feature-cache", "[checks.retries]", "[checks.retry]")
+    message = load_error(course_copy)
+    assert f"{path}: unknown check 'retry'" in message
+    assert "Known checks:" in message and "retries" in message
+
+
+def test_unknown_check_parameter(course_copy):
+    path = edit(course_copy, "feature-cache", "[checks.retries]\nmax = 0", "[checks.retries]\nmaximum = 0")
+    message = load_error(course_copy)
+    assert f"{path}: [checks.retries]: unknown parameter 'maximum'" in message
+    assert "Allowed: max" in message
+
+
+def test_check_parameter_of_the_wrong_type(course_copy):
+    path = edit(course_copy, "feature-cache", "tolerance = 0.5", 'tolerance = "half"')
+    message = load_error(course_copy)
+    assert f"{path}: [checks.inactive_split_peak]: tolerance should be a float" in message
+
+
+def test_symptom_not_among_the_checks(course_copy):
+    # retries is a real check, but eval-graphs does not use it.
+    path = edit(course_copy, "eval-graphs", 'symptom = "no_oom"', 'symptom = "retries"')
+    message = load_error(course_copy)
+    assert f"{path}: symptom 'retries' is not one of this exercise's checks" in message
+
+
+def test_wrong_fix_expecting_a_check_the_exercise_lacks(course_copy):
+    path = edit(course_copy, "eval-graphs", 'expect = "same_workload"', 'expect = "retries"')
+    message = load_error(course_copy)
+    assert str(path) in message and "expects check 'retries', which this exercise does not have" in message
+
+
+def test_wrong_fix_whose_edit_is_not_in_the_script(course_copy):
+    # The manifest is valid; the edit fails when it is applied to the buggy script (verify, pytest --solutions).
+    path = edit(course_copy, "eval-graphs", 'find = "batch_size, steps, eval_every, eval_batches = 4096, 30, 10, 8"',
+                'find = "batch_size = 4096"')
+    ex = Course(course_copy).get("eval-graphs")
+    fix = next(f for f in ex.wrong_fixes if f.name == "fewer-eval-batches")
+    source = ex.learner_path.read_text(encoding="utf-8")
+    with pytest.raises(OomLabError) as err:
+        fix.apply(source)
+    message = str(err.value)
+    assert str(path) in message
+    assert "'fewer-eval-batches'" in message and "'batch_size = 4096'" in message and "found it 0 times" in message
+    # The fixes whose edits still match apply cleanly.
+    other = next(f for f in ex.wrong_fixes if f.name != "fewer-eval-batches")
+    assert other.apply(source) != source
+
+
+def test_id_not_matching_its_folder(course_copy):
+    path = edit(course_copy, "eval-graphs", 'id = "eval-graphs"', 'id = "eval-graph"')
+    message = load_error(course_copy)
+    assert f"{path}: id 'eval-graph' does not match its folder 'eval-graphs'" in message
+
+
+def test_bad_step(course_copy):
+    path = edit(course_copy, "eval-graphs", 'step = "hunt"', 'step = "debug"')
+    message = load_error(course_copy)
+    assert f"{path}: step 'debug' is not one of snapshot, hunt, profile" in message
+
+
+def test_missing_manifest(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    path.unlink()
+    message = load_error(course_copy)
+    assert f"{path} does not exist" in message
+
+
+# --- Course.get ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def course() -> Course:
+    return Course(REPO)
+
+
+def test_get_by_id(course):
+    assert course.get("eval-graphs").id == "eval-graphs"
+
+
+def test_get_by_number_follows_the_teaching_order(course):
+    assert [course.get(str(i)).id for i in (1, 2, 3)] == [e.id for e in course.exercises]
+    assert course.get("1").order < course.get("2").order < course.get("3").order
+
+
+@pytest.mark.parametrize("key", ["0", "4", ""])
+def test_get_out_of_range(course, key):
+    with pytest.raises(OomLabError) as err:
+        course.get(key)
+    assert f"There is no exercise {key!r}" in str(err.value)
+
+
+def test_unknown_id_suggests_the_close_match(course):
+    with pytest.raises(OomLabError) as err:
+        course.get("eval-graph")
+    assert "Did you mean 'eval-graphs'?" in str(err.value)
+    assert "feature-cache, eval-graphs, one-hot-peak" in str(err.value)
+
+
+def test_unknown_id_without_a_close_match(course):
+    with pytest.raises(OomLabError) as err:
+        course.get("zzz")
+    assert "Did you mean" not in str(err.value)
+    assert "`oomlab list`" in str(err.value)

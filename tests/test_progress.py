@@ -1,0 +1,161 @@
+"""Progress state, pristine originals and reset: nothing the learner wrote is ever lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from oomlab.course import Course
+from oomlab.errors import OomLabError
+from oomlab.course.progress import Progress, keep_originals, pristine_path, pristine_source, reset
+
+
+# --- hints and the state file ----------------------------------------------------------------
+
+
+def test_hints_advance_one_per_call_and_stop_at_the_last(tmp_path):
+    progress = Progress(tmp_path / ".oomlab")
+    assert [progress.next_hint("a", 3) for _ in range(5)] == [0, 1, 2, 2, 2]
+    assert progress.next_hint("b", 3) == 0  # each exercise has its own count
+    # The count is kept on disk: a new process goes on where the last one stopped.
+    again = Progress(tmp_path / ".oomlab")
+    assert again.next_hint("b", 3) == 1
+    assert again.next_hint("a", 3) == 2
+
+
+def test_passed_is_kept(tmp_path):
+    Progress(tmp_path).mark_passed("a")
+    progress = Progress(tmp_path)
+    assert progress.passed("a") and not progress.passed("b")
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]", "\xff\xfe garbage"], ids=["bad-json", "not-an-object", "bad-bytes"])
+def test_a_damaged_state_file_is_moved_aside(tmp_path, damage):
+    state = tmp_path / "state.json"
+    state.write_bytes(damage.encode("latin-1"))
+    progress = Progress(tmp_path)
+    assert not state.exists()
+    kept = list(tmp_path.glob("state.damaged-*.json"))
+    assert len(kept) == 1 and kept[0].read_bytes() == damage.encode("latin-1")
+    # Progress starts fresh and can be saved again.
+    assert progress.data == {"passed": {}, "hints": {}}
+    assert progress.next_hint("a", 2) == 0
+    assert json.loads(state.read_text())["hints"] == {"a": 1}
+
+
+# --- originals and reset ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def ex(course_copy):
+    return Course(course_copy).get("eval-graphs")
+
+
+def backups(ex) -> list[Path]:
+    folder = ex.root / ".oomlab" / "backups" / ex.id
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def test_reset_restores_the_original_and_keeps_the_learners_version(ex):
+    original = pristine_source(ex)  # first sight: kept before any edit
+    assert original == ex.learner_path.read_text()
+    edited = original.replace("eval_batches = 4096, 30, 10, 8", "eval_batches = 4096, 30, 10, 2") + "# mine\n"
+    ex.learner_path.write_text(edited)
+
+    backup = reset(ex)
+    assert ex.learner_path.read_text() == original
+    assert backup is not None and backup.read_text() == edited
+    assert backups(ex) == [backup]
+
+
+def test_two_resets_keep_two_backups(ex):
+    original = pristine_source(ex)
+    ex.learner_path.write_text(original + "# first try\n")
+    first = reset(ex)
+    ex.learner_path.write_text(original + "# second try\n")
+    second = reset(ex)
+    assert first != second
+    assert first.read_text() == original + "# first try\n"
+    assert second.read_text() == original + "# second try\n"
+    assert sorted(backups(ex)) == sorted([first, second])
+    assert ex.learner_path.read_text() == original
+
+
+def test_reset_of_an_unedited_file_does_nothing(ex):
+    original = ex.learner_path.read_text()
+    assert reset(ex) is None
+    assert ex.learner_path.read_text() == original
+    assert backups(ex) == []
+
+
+def test_reset_of_a_deleted_file_restores_it(ex):
+    original = pristine_source(ex)
+    ex.learner_path.unlink()
+    assert reset(ex) is None  # nothing to keep
+    assert ex.learner_path.read_text() == original
+
+
+def test_a_deleted_file_with_no_original_kept_is_a_clear_error(ex):
+    ex.learner_path.unlink()
+    with pytest.raises(OomLabError) as err:
+        reset(ex)
+    assert f"{ex.learner_path} is missing and no original copy was kept" in str(err.value)
+
+
+def test_keep_originals_keeps_them_before_the_first_edit(course_copy):
+    course = Course(course_copy)
+    missing = course.get("one-hot-peak")
+    missing.learner_path.unlink()  # skipped, not an error: `oomlab run` explains a missing file
+    keep_originals(course.exercises)
+    assert not pristine_path(missing).exists()
+    ex = course.get("eval-graphs")
+    original = ex.learner_path.read_text()
+    ex.learner_path.write_text("# replaced\n")
+    keep_originals(course.exercises)  # a kept original is never replaced by the learner's version
+    assert pristine_source(ex) == original
+    assert reset(ex).read_text() == "# replaced\n"
+    assert ex.learner_path.read_text() == original
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", *args],
+        cwd=root, check=True, capture_output=True,
+    )
+
+
+def test_pristine_source_prefers_git_head(course_copy):
+    ex = Course(course_copy).get("eval-graphs")
+    committed = ex.learner_path.read_text()
+    git(course_copy, "init", "-q")
+    git(course_copy, "add", "-A")
+    git(course_copy, "commit", "-q", "-m", "course")
+    # The learner edits before oomlab ever kept an original: HEAD still has it.
+    ex.learner_path.write_text("# the learner's version\n")
+    assert pristine_source(ex) == committed
+    assert reset(ex).read_text() == "# the learner's version\n"
+    assert ex.learner_path.read_text() == committed
+
+
+def test_pristine_source_follows_a_course_update(course_copy):
+    ex = Course(course_copy).get("eval-graphs")
+    git(course_copy, "init", "-q")
+    git(course_copy, "add", "-A")
+    git(course_copy, "commit", "-q", "-m", "course")
+    pristine_source(ex)
+    updated = ex.learner_path.read_text() + "# a later version of the course\n"
+    ex.learner_path.write_text(updated)
+    git(course_copy, "commit", "-q", "-am", "course update")
+    ex.learner_path.write_text("# the learner's version\n")
+    assert pristine_source(ex) == updated
+
+
+def test_pristine_source_falls_back_to_the_file(course_copy):
+    ex = Course(course_copy).get("eval-graphs")
+    assert not (course_copy / ".git").exists()
+    current = ex.learner_path.read_text()
+    assert pristine_source(ex) == current
+    assert pristine_path(ex).read_text() == current

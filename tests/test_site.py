@@ -1,0 +1,149 @@
+"""The course site: builds strictly and offline, with a page per exercise generated from its manifest.
+
+Runs on CPU in a few seconds; needs the docs extra (mkdocs, mkdocs-material) and is
+skipped without it.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomlab.course import Course
+
+pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+pytest.importorskip("material", reason="the docs extra is not installed: pip install -e '.[docs]'")
+
+ROOT = Path(__file__).resolve().parents[1]
+VERIFY = ROOT / "course" / "measurements" / "verify.json"
+EXTERNAL = ("fonts.googleapis.com", "unpkg.com")
+
+
+def text_of(page: Path) -> str:
+    """A built page's visible text, tags dropped, entities decoded, whitespace collapsed."""
+    raw = page.read_text(encoding="utf-8")
+    raw = re.sub(r"<(script|style)\b.*?</\1>", " ", raw, flags=re.S)
+    return normalize(html.unescape(re.sub(r"<[^>]+>", "", raw)))
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.split())
+
+
+def first_words(text: str, n: int = 6) -> str:
+    return " ".join(text.split()[:n])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def course() -> Course:
+    return Course(ROOT)
+
+
+def exercise_page(site: Path, ex_id: str) -> Path:
+    return site / "exercises" / ex_id / "index.html"
+
+
+def test_every_exercise_has_a_page(site, course):
+    assert course.exercises, "the course has no exercises"
+    missing = [ex.id for ex in course.exercises if not exercise_page(site, ex.id).is_file()]
+    assert not missing, f"no built page for: {', '.join(missing)}"
+
+
+def test_exercise_pages_are_in_the_navigation(site, course):
+    home = (site / "index.html").read_text(encoding="utf-8")
+    for ex in course.exercises:
+        assert f'href="exercises/{ex.id}/"' in home, f"{ex.id} is not in the navigation"
+
+
+@pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
+def test_exercise_page_comes_from_its_manifest(site, course, ex_id):
+    ex = course.get(ex_id)
+    text = text_of(exercise_page(site, ex.id))
+
+    assert normalize(ex.title) in text
+    for i, hint in enumerate(ex.hints, 1):
+        assert first_words(hint) in text, f"hint {i} of {ex.id} is not on its page"
+
+    source = ex.learner_path.read_text(encoding="utf-8")
+    docstring = ast.get_docstring(ast.parse(source))
+    assert docstring, f"{ex.learner_path} has no module docstring"
+    assert normalize(docstring.splitlines()[0]) in text, "the buggy script is not shown"
+
+    for fix in ex.wrong_fixes:
+        assert fix.name in text and first_words(fix.why) in text, f"wrong fix {fix.name} of {ex.id} is not explained"
+
+    for cmd in ("run", "check", "hint"):
+        assert f"oomlab {cmd} {ex.id}" in text
+
+
+@pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
+def test_exercise_page_does_not_show_the_solution(site, course, ex_id):
+    ex = course.get(ex_id)
+    if not ex.solution_path.is_file():
+        pytest.skip(f"{ex.id} has no reference solution")
+    text = text_of(exercise_page(site, ex.id))
+    buggy = {normalize(line) for line in ex.learner_path.read_text(encoding="utf-8").splitlines()}
+    fixed = {normalize(line) for line in ex.solution_path.read_text(encoding="utf-8").splitlines()}
+    spoilers = [line for line in fixed - buggy if len(line) >= 16 and line in text]
+    assert not spoilers, f"the page of {ex.id} shows lines of the reference fix: {spoilers}"
+
+
+def test_measurements_page_names_the_gpu(site):
+    if not VERIFY.is_file():
+        pytest.skip("no course/measurements/verify.json yet")
+    report = json.loads(VERIFY.read_text(encoding="utf-8"))
+    page = site / "measurements" / "index.html"
+    assert page.is_file()
+    assert report["gpu"] and normalize(report["gpu"]) in text_of(page)
+
+
+def test_no_page_loads_from_the_internet(site):
+    pages = list(site.rglob("*.html"))
+    assert pages
+    offenders = [
+        f"{page.relative_to(site)}: {host}"
+        for page in pages
+        for host in EXTERNAL
+        if host in page.read_text(encoding="utf-8")
+    ]
+    assert not offenders, "pages that need the internet: " + "; ".join(offenders)
+
+
+def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
+    index = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))
+    from oomlab.tools.snapshot import load_snapshot
+
+    snapshots = 0
+    for figure in index["figures"].values():
+        page = exercise_page(site, figure["exercise"]).read_text(encoding="utf-8")
+        for name in figure["files"]:
+            assert (site / "figures" / name).is_file() and f"figures/{name}" in page, name
+        if figure.get("snapshot"):
+            snapshots += 1
+            path = site / "figures" / figure["snapshot"]
+            assert f'href="../../figures/{figure["snapshot"]}"' in page, "the snapshot is not linked from its page"
+            assert load_snapshot(path)["segments"], f"{path.name} holds no segments"
+    assert snapshots, "no exercise offers its allocator snapshot"

@@ -1,0 +1,456 @@
+"""The hunt for memory that outlives a step, on CPU tensors (``device_type="cpu"``).
+
+Each test builds one way memory stays alive (a list of losses with their
+graphs, a hook's closure, a stored exception, a reference cycle) and checks
+that the walk finds it, counts it once, and names the right holder.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import runpy
+import sys
+import textwrap
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from oomlab.tools import hunt  # noqa: E402
+from oomlab.units import MIB  # noqa: E402
+
+B, D_IN, D_HIDDEN = 64, 32, 256
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(D_IN, D_HIDDEN), nn.GELU(), nn.Linear(D_HIDDEN, D_HIDDEN), nn.GELU(), nn.Linear(D_HIDDEN, 4))
+
+
+def storage_bytes(*tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def by_name(holders, name):
+    return next(h for h in holders if h["name"] == name)
+
+
+def walk(roots, **kwargs):
+    kwargs.setdefault("exclude", hunt.model_state_ids(list(roots.values())))
+    kwargs.setdefault("cycles", False)
+    return hunt.find_holders(roots, device_type="cpu", **kwargs)
+
+
+LOSSES = "evaluate() local 'losses' (train.py:40)"
+
+
+def test_losses_kept_without_no_grad_keep_their_graphs_saved_activations():
+    model = make_model()
+    losses = [model(torch.randn(B, D_IN)).logsumexp(dim=1).mean() for _ in range(3)]
+    holders = walk({LOSSES: losses, "global 'model'": model})
+
+    held = by_name(holders, LOSSES)
+    # Each forward saved at least its two (B x D_HIDDEN) GELU inputs; the losses themselves are scalars.
+    assert held["graph_bytes"] >= 3 * 2 * B * D_HIDDEN * 4
+    assert held["graph_bytes"] > held["direct_bytes"] == storage_bytes(*losses)
+    assert held["tensors"] == 3 and held["graphs"] == 3
+    assert held["largest_path"].startswith("losses[") and "._saved_" in held["largest_path"]
+    assert held["state_bytes"] == 0  # the weights the graphs saved belong to the model
+
+    result = hunt.summarize(holders, min_bytes=1024)
+    assert result["kind"] == "graph-leak"
+    assert result["culprit"] == LOSSES
+    assert result["culprit_bytes"] == held["bytes"]
+    assert "list `losses` (local of evaluate() at train.py:40) holds 3 tensors" in result["headline"]
+
+
+def test_losses_kept_after_backward_hold_no_graph_bytes():
+    """backward() frees the saved tensors (field notes, section 4): the graph nodes remain, empty."""
+    model = make_model()
+    losses = []
+    for _ in range(3):
+        loss = model(torch.randn(B, D_IN)).logsumexp(dim=1).mean()
+        loss.backward()
+        losses.append(loss)
+    held = by_name(walk({LOSSES: losses, "global 'model'": model}), LOSSES)
+    assert held["graph_bytes"] == 0 and held["graphs"] == 0
+    assert held["bytes"] == storage_bytes(*losses)
+
+
+def test_item_floats_hold_nothing():
+    model = make_model()
+    losses = [model(torch.randn(B, D_IN)).mean().item() for _ in range(3)]
+    holders = walk({LOSSES: losses})
+    assert all(h["name"] != LOSSES for h in holders)
+
+
+def test_forward_hook_appending_to_a_closure_list_is_found_through_the_module():
+    model = make_model()
+    kept = []
+
+    def keep_output(module, args, output):
+        kept.append(output.detach())
+
+    model[2].register_forward_hook(keep_output)
+    for _ in range(2):
+        model(torch.randn(B, D_IN))
+    held = by_name(walk({"global 'model'": model}), "global 'model'")
+    assert held["bytes"] - held["state_bytes"] == storage_bytes(*kept)
+    assert held["largest_path"].startswith("model.2._forward_hooks[")
+    assert "__closure__['kept']" in held["largest_path"]
+
+
+def test_global_module_hooks_are_roots():
+    kept = []
+
+    def keep_output(module, args, output):
+        kept.append(output.detach())
+
+    handle = torch.nn.modules.module.register_module_forward_hook(keep_output)
+    try:
+        nn.Linear(D_IN, D_HIDDEN)(torch.randn(B, D_IN))
+        roots = hunt.roots_from(None, {}, "train.py")
+        holders = walk(roots)
+    finally:
+        handle.remove()
+    name = "torch.nn global hooks '_global_forward_hooks'"
+    assert by_name(holders, name)["direct_bytes"] == storage_bytes(*kept)
+    assert "__closure__['kept']" in by_name(holders, name)["largest_path"]
+
+
+def failing_step():
+    batch = torch.ones(512, 256)  # noqa: F841 - kept alive by the traceback, which is the point
+    raise RuntimeError("CUDA out of memory (simulated)")
+
+
+def test_a_stored_exception_keeps_its_frames_locals_alive():
+    stored = None
+    try:
+        failing_step()
+    except RuntimeError as err:
+        stored = err
+    held = by_name(walk({"global 'last_error'": stored}), "global 'last_error'")
+    assert held["bytes"] == 512 * 256 * 4
+    assert held["largest_path"].startswith("last_error.__traceback__")
+    assert "failing_step() frame" in held["largest_path"] and held["largest_path"].endswith("local 'batch'")
+    result = hunt.summarize([held], min_bytes=1024)
+    assert result["kind"] == "container-leak" and result["culprit"] == "global 'last_error'"
+    assert "alive through an exception's traceback" in result["headline"] and "str(err)" in result["advice"]
+
+
+def test_the_exception_being_handled_when_the_retry_failed_is_a_root():
+    """An OOM-retry loop: the first failure's traceback keeps the failed attempt's activations."""
+    model = make_model()
+
+    def attempt(n):
+        hidden = model[:2](torch.randn(n, D_IN)).repeat(1, 4)  # noqa: F841 - what the first failure keeps
+        raise RuntimeError("CUDA out of memory (first attempt)")
+
+    try:
+        try:
+            attempt(B)
+        except RuntimeError:
+            raise RuntimeError("CUDA out of memory (the retry)")  # noqa: B904 - the implicit context is the point
+    except RuntimeError as exc:
+        roots = hunt.roots_from(exc, {}, __file__)
+        holders = walk(roots)
+    held = by_name(holders, hunt.CONTEXT_ROOT)
+    assert held["direct_bytes"] >= B * D_HIDDEN * 4 * 4  # `hidden` itself
+    assert held["graph_bytes"] >= B * D_HIDDEN * 4  # and what its graph saved
+    assert held["largest_path"].startswith("exc.__context__.__traceback__")
+    assert "attempt() frame" in held["largest_path"] and held["largest_path"].endswith("local 'hidden'")
+    assert "being handled" in hunt.describe(held["name"], held["type"])
+
+
+class Pair:
+    def __init__(self, payload=None):
+        self.other = None
+        self.payload = payload
+
+
+def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
+    gc.collect()  # earlier tests' garbage is not this test's cycle
+    gc.disable()
+    try:
+        a, b = Pair(torch.ones(256, 256)), Pair()
+        a.other, b.other = b, a
+        expected = storage_bytes(a.payload)
+        del a, b
+        holders = hunt.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
+    finally:
+        gc.enable()
+    cycle = next(h for h in holders if h["label"] == hunt.CYCLE)
+    assert cycle["bytes"] >= expected
+    assert "Pair" in cycle["name"] and cycle["largest_path"].endswith(".payload")
+    result = hunt.summarize(holders, min_bytes=1024)
+    assert result["kind"] == "cycle"
+    assert "held only by a reference cycle" in result["headline"] and "gc.collect() frees" in result["headline"]
+
+
+def test_cycle_detection_leaves_gc_as_it_found_it():
+    flags, garbage = gc.get_debug(), len(gc.garbage)
+    hunt.find_holders({}, device_type="cpu", cycles=True)
+    assert gc.get_debug() == flags and len(gc.garbage) == garbage
+
+
+def test_model_parameters_and_optimizer_state_are_state_not_culprits():
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(B, D_IN)).mean().backward()
+    optimizer.step()
+    roots = {"global 'model'": model, "global 'optimizer'": optimizer}
+    holders = walk(roots)
+
+    params = list(model.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    expected = storage_bytes(*params, *[p.grad for p in params], *state)
+    assert sum(h["state_bytes"] for h in holders) == sum(h["bytes"] for h in holders) == expected
+    assert by_name(holders, "global 'model'")["largest_path"].startswith("model.")
+    assert {h["label"] for h in holders} == {hunt.STATE}
+
+    result = hunt.summarize(holders, min_bytes=1)
+    assert result["kind"] == "none" and result["culprit_bytes"] == 0 and result["culprit"] is None
+    assert result["state_bytes"] == expected
+
+
+def test_a_tensor_referenced_twice_is_counted_once():
+    t = torch.randn(1000)
+    holders = walk({"global 'a'": [t, t], "global 'b'": {"view": t.view(10, 100)}})
+    assert sum(h["bytes"] for h in holders) == storage_bytes(t)
+    assert by_name(holders, "global 'a'")["tensors"] == 1
+
+
+def test_a_saved_tensor_modified_in_place_is_still_counted():
+    x = torch.randn(B, D_HIDDEN, requires_grad=True)
+    y = x * 2
+    out = y.sin()  # saves y
+    y.add_(1)  # reading out.grad_fn._saved_self now raises; the tensor is alive all the same
+    if getattr(out.grad_fn._raw_saved_self, "data", None) is None:
+        pytest.skip("this torch cannot read a saved tensor without its version check")
+    held = by_name(walk({"global 'out'": out}), "global 'out'")
+    assert held["graph_bytes"] >= storage_bytes(y)
+
+
+SCRIPT = """
+import json
+import torch
+
+keep = torch.zeros(8)
+
+
+def step(n):
+    big = torch.ones(n, n)
+    return json.loads("{not json")
+
+
+step(64)
+"""
+
+
+def test_roots_from_names_frame_locals_with_their_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT).lstrip(), encoding="utf-8")
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except ValueError as err:
+        roots = hunt.roots_from(err, None, script)
+    assert "step() local 'big' (train.py:9)" in roots
+    assert roots["step() local 'n' (train.py:9)"] == 64
+    assert "global 'keep'" in roots and "global 'json'" not in roots  # modules are not roots
+    assert roots.in_flight and all(name.endswith(")") and "train.py" not in name for name in roots.in_flight)
+    assert list(roots).index("step() local 'big' (train.py:9)") < list(roots).index("global 'keep'")
+
+
+def test_reading_a_running_frames_locals_leaves_no_reference_behind():
+    def body():
+        t = torch.ones(10)
+        ref = weakref.ref(t)
+        hunt._frame_locals(sys._getframe())
+        t = None  # noqa: F841 - rebinding must free the tensor
+        return ref() is None
+
+    assert body()
+
+
+EVAL_SCRIPT = """
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(32, 256), nn.GELU(), nn.Linear(256, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(64, 32)).logsumexp(dim=1).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def evaluate():
+    losses = []
+    for _ in range(4):
+        losses.append(model(torch.randn(64, 32)).logsumexp(dim=1).mean())
+    raise RuntimeError("CUDA out of memory (simulated)")
+
+
+evaluate()
+"""
+
+HISTORY_SCRIPT = """
+import torch
+import torch.nn as nn
+
+model = nn.Linear(32, 256)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for step in range(6):
+    out = model(torch.randn(64, 32))
+    optimizer.zero_grad()
+    out.mean().backward()
+    optimizer.step()
+    history.append(out.detach())
+"""
+
+
+def run_probe(tmp_path, source: str) -> dict:
+    """Run ``source`` as the child would: start, the script, finish (inside the except block if it raised)."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
+    out = tmp_path / "out"
+    hunt.start(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
+    handle = hunt._probe["handle"]
+    try:
+        try:
+            script_globals = runpy.run_path(str(script), run_name="__main__")
+        except RuntimeError as exc:
+            hunt.finish(torch, out, exc, None)
+        else:
+            hunt.finish(torch, out, None, script_globals)
+        assert hunt._probe["handle"] is None  # finish removed the optimizer hook
+    finally:
+        handle.remove()  # whatever happened, no other test sees this probe's hook
+    return json.loads((out / "hunt.json").read_text(encoding="utf-8"))
+
+
+def test_probe_names_the_list_of_losses_when_evaluation_fails(tmp_path):
+    result = run_probe(tmp_path, EVAL_SCRIPT)
+    assert {"tool", "kind", "headline", "culprit_bytes"} <= result.keys()
+    assert result["tool"] == "hunt" and result["kind"] == "graph-leak"
+    assert result["culprit"] == "evaluate() local 'losses' (train.py:17)"
+    assert result["headline"].startswith("list `losses` (local of evaluate() at train.py:17) holds 4 tensors")
+    assert result["culprit_bytes"] >= 4 * 2 * 64 * 256 * 4
+    assert result["optimizer_steps"] == 3 and result["baseline_step"] == 1
+    assert result["explained_bytes"] >= result["culprit_bytes"] + result["state_bytes"]
+
+
+def test_probe_finds_a_global_list_that_grows_every_step(tmp_path):
+    result = run_probe(tmp_path, HISTORY_SCRIPT)
+    assert result["kind"] == "container-leak"
+    culprit = by_name(result["holders"], "global 'history'")
+    assert culprit["surviving"] and culprit["grew_bytes"] == 5 * 64 * 256 * 4  # 1 kept at step 1, 6 at the end
+    assert "grew by" in result["headline"] and "`history`" in result["headline"]
+
+
+def test_finish_never_raises(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise MemoryError("the walk itself ran out of memory")
+
+    monkeypatch.setattr(hunt, "find_holders", broken)
+    hunt.finish(torch, tmp_path, RuntimeError("CUDA out of memory"), None)
+    result = json.loads((tmp_path / "hunt.json").read_text(encoding="utf-8"))
+    assert result["kind"] == "error" and result["culprit_bytes"] == 0 and result["error"]
+
+
+def holder(name, type_, *, direct=0, graph=0, state=0, tensors=0, saved=0, graphs=0, tensor_root=False, label=""):
+    return {"name": name, "type": type_, "bytes": direct + graph + state, "state_bytes": state,
+            "direct_bytes": direct, "graph_bytes": graph, "tensors": tensors, "saved_tensors": saved,
+            "graphs": graphs, "largest_path": name, "largest_bytes": direct, "tensor_root": tensor_root, "label": label}
+
+
+
+
+def test_a_big_container_that_did_not_grow_is_held_not_leaked():
+    holders = [holder("global 'features'", "list", direct=600 * MIB, tensors=30),
+               holder("global 'model'", "Sequential", state=300 * MIB, label=hunt.STATE),
+               holder("global 'x'", "Tensor", direct=8 * MIB, tensors=1, tensor_root=True)]
+    result = hunt.summarize(holders, allocated=910 * MIB)
+    assert result["kind"] == "held" and result["culprit"] == "global 'features'"
+    assert "could not be checked" in result["headline"]
+    grown = hunt.summarize(holders, baseline={"global 'features'": 20 * MIB})
+    assert grown["kind"] == "container-leak" and "grew by 580 MiB since optimizer step 1" in grown["headline"]
+
+
+def test_the_current_steps_forward_graph_is_not_a_leak():
+    holders = [holder("lm_loss() local 'logits' (train.py:30)", "Tensor", direct=64 * MIB, graph=200 * MIB,
+                      tensors=1, saved=4, graphs=1, tensor_root=True),
+               holder("Linear.forward() local 'input' (torch/nn/modules/linear.py:125)", "Tensor", graph=900 * MIB,
+                      saved=3, graphs=1, tensor_root=True)]
+    result = hunt.summarize(holders, in_flight={holders[1]["name"]}, allocated=1400 * MIB)
+    assert result["kind"] == "none" and result["culprit_bytes"] == 0
+    assert result["holders"][1]["label"] == hunt.IN_FLIGHT
+    assert result["headline"].startswith("nothing outlives its step")
+
+
+def test_render_and_draw(tmp_path):
+    from rich.table import Table
+    from rich.text import Text
+
+    base = [holder(LOSSES, "list", direct=2048, graph=816 * MIB, tensors=3, saved=30, graphs=3),
+            holder("global 'model'", "Sequential", state=300 * MIB, label=hunt.STATE)]
+    result = hunt.summarize(base, allocated=1200 * MIB, reserved=1300 * MIB, steps=[400 * MIB] * 10)
+    shown = hunt.render(result)
+    assert isinstance(shown[0], Table) and any(isinstance(x, Text) and "no_grad" in x.plain for x in shown)
+    assert any(isinstance(x, Text) and "explain" in x.plain for x in shown)
+
+    import matplotlib.image
+
+    for steps in ([400 * MIB] * 10, []):
+        result["steps"] = steps
+        (path,) = hunt.draw(result, tmp_path / f"steps{len(steps)}")
+        assert path.name == "hunt.png" and matplotlib.image.imread(path).shape[1] == 1200
+
+
+HOOKED_SCRIPT = """
+import torch
+
+unpacked = []
+model = torch.nn.Linear(32, 256)
+with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: unpacked.append(1) or t):
+    hooked = model(torch.randn(64, 32)).relu().sum()
+plain = model(torch.randn(64, 32)).relu().sum()
+"""
+
+
+def hunt_hooked(tmp_path) -> tuple[dict, list]:
+    tmp_path.mkdir(exist_ok=True)
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(HOOKED_SCRIPT).lstrip(), encoding="utf-8")
+    out = tmp_path / "out"
+    hunt.start(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
+    script_globals = runpy.run_path(str(script), run_name="__main__")
+    hunt.finish(torch, out, None, script_globals)
+    return json.loads((out / "hunt.json").read_text(encoding="utf-8")), script_globals["unpacked"]
+
+
+def test_hook_packed_values_are_not_unpacked_by_the_walk(tmp_path):
+    result, unpacked = hunt_hooked(tmp_path)
+    assert unpacked == []
+    assert result["walk"]["packed_saved"] >= 1
+    assert "were packed by saved_tensors_hooks" in " ".join(getattr(x, "plain", "") for x in hunt.render(result))
+
+
+def test_on_torch_that_cannot_see_saved_tensor_hooks_the_walk_reads_no_saved_value(tmp_path, monkeypatch):
+    # torch 2.4 has no SavedTensor.unpack_hook: a hook-packed value looks like any other, so after
+    # the script entered saved_tensors_hooks the walk must not read any saved value.
+    if not hunt.saved_hooks_visible(torch):
+        pytest.skip("this torch is the case itself: the test above runs on it for real")
+    seen, _ = hunt_hooked(tmp_path / "visible")
+    monkeypatch.setattr(hunt, "saved_hooks_visible", lambda torch: False)
+    hooks = torch.autograd.graph.saved_tensors_hooks
+    entered = hooks.__enter__
+    blind, unpacked = hunt_hooked(tmp_path / "blind")
+    assert hooks.__enter__ is entered  # the probe put the class back as it found it
+    assert unpacked == []
+    assert blind["walk"]["packed_saved"] > seen["walk"]["packed_saved"]  # the plain graph's values too
