@@ -22,19 +22,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from oomlab.errors import OomLabError
+from oomlab.measure.stats import FIGURES
 from oomlab.units import MIB
 
 HOUR_S = 3600.0
 
 # Keys of the flat dict that torch.cuda.memory_stats() returns.
-RESERVED = "reserved_bytes.all.current"
-ALLOCATED = "allocated_bytes.all.current"
-NON_RELEASABLE = "inactive_split_bytes.all.current"
-RESERVED_PEAK = "reserved_bytes.all.peak"
-ALLOCATED_PEAK = "allocated_bytes.all.peak"
-NON_RELEASABLE_PEAK = "inactive_split_bytes.all.peak"
-RETRIES = "num_alloc_retries"
-OOMS = "num_ooms"
+RESERVED = FIGURES["reserved_final"]
+ALLOCATED = FIGURES["allocated_final"]
+NON_RELEASABLE = FIGURES["inactive_split_final"]
+RESERVED_PEAK = FIGURES["peak_reserved"]
+ALLOCATED_PEAK = FIGURES["peak_allocated"]
+NON_RELEASABLE_PEAK = FIGURES["inactive_split_peak"]
+RETRIES = FIGURES["retries"]
+OOMS = FIGURES["ooms"]
 
 
 def fragmentation(stats: dict) -> float:

@@ -1,9 +1,10 @@
 """Runs inside the fresh measuring subprocess; never imported by the parent.
 
-Usage: ``python _child.py SPEC.json``. The spec names the script, the memory
-budget, the seed and where to write the result. This file imports nothing from
-the ``graders`` package so that the learner's script sees a process as close to
-``python train.py`` as possible.
+Usage: ``python child.py SPEC.json``. The spec names the script, the memory
+budget, the seed and where to write the result. Of oomlab it imports only
+standard-library-only modules (and a tool's probe, when one is asked for), so
+that the learner's script sees a process as close to ``python train.py`` as
+possible.
 
 Order matters, and is the reason this file exists:
 
@@ -29,6 +30,13 @@ import time
 import traceback
 from pathlib import Path
 
+if __name__ == "__main__":  # run as a file: make the oomlab package importable, after the script's own folder
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from oomlab.frames import failed_at  # noqa: E402 - after the path above
+from oomlab.measure.stats import ALLOC_CONF_VARS, read_figures  # noqa: E402
+from oomlab.oom import is_oom  # noqa: E402
+
 MIN_TORCH = (2, 4)
 
 # The private functions that change what the grader measures, and what each would do.
@@ -38,7 +46,6 @@ GUARDED = {
     r"^_cuda_setMemoryFraction$": "changed the exercise's memory budget",
     r"^_(cuda|accelerator)\w*(set_allocator_settings|setAllocatorSettings)$": "changed the allocator settings the exercise fixes",
 }
-ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 
 def main(spec_path: str) -> int:
@@ -56,13 +63,11 @@ def main(spec_path: str) -> int:
 
 
 def run(spec: dict, result: dict) -> None:
-    started = time.perf_counter()
     try:
         import torch
     except ImportError as err:
         result.update(status="no_torch", message=str(err))
         return
-    result["import_s"] = time.perf_counter() - started
     result["torch"] = torch.__version__
     result["cuda"] = torch.version.cuda
     version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
@@ -77,7 +82,6 @@ def run(spec: dict, result: dict) -> None:
         return
     if cuda and not setup_budget(torch, spec["budget_bytes"], result):
         return
-    result["setup_s"] = time.perf_counter() - started
 
     tamper: list[str] = []
     stats = install_guards(torch, tamper) if cuda else None
@@ -95,11 +99,11 @@ def run(spec: dict, result: dict) -> None:
     except ImportError:
         pass
 
-    tool = start_tool(torch, spec.get("tool"), result)
+    probe = load_probe(torch, spec.get("tool"), result)
     script = os.path.abspath(spec["script"])
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = os.path.dirname(script)
-    script_globals, tool_finished = None, False
+    script_globals, probe_finished = None, False
     start = time.perf_counter()
     try:
         script_globals = runpy.run_path(script, run_name="__main__")
@@ -109,53 +113,51 @@ def run(spec: dict, result: dict) -> None:
         if code in (None, 0):
             result.update(status="ok", message="")
         else:
-            result.update(status="exit", message=f"the script called sys.exit({code!r})", exit_code=code)
+            result.update(status="exit", message=f"the script called sys.exit({code!r})")
     except BaseException as exc:  # the learner's error, whatever it is, becomes data
-        is_oom = isinstance(exc, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(exc)
         result.update(
-            status="oom" if is_oom else "error",
+            status="oom" if is_oom(exc) else "error",
             error_type=type(exc).__name__,
             message=str(exc).strip(),
-            **learner_frame(exc, script),
+            **failed_at(exc, script),
         )
         result["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-        if tool is not None:  # here, while the failed frames and their locals are still alive
+        if probe is not None:  # here, while the failed frames and their locals are still alive
             result["wall_s"] = time.perf_counter() - start
-            finish_tool(torch, tool, spec["tool"], exc, None, result)
-            tool_finished = True
+            finish_probe(probe, spec["tool"], exc, None, result)
+            probe_finished = True
     if cuda:
         torch.cuda.synchronize()
     result.setdefault("wall_s", time.perf_counter() - start)
-    if tool is not None and not tool_finished:
-        finish_tool(torch, tool, spec["tool"], None, script_globals, result)
+    if probe is not None and not probe_finished:
+        finish_probe(probe, spec["tool"], None, script_globals, result)
 
     if stats is not None:
-        result["stats"] = read_stats(stats())
+        result["stats"] = read_figures(stats())
     result["tamper"] = sorted(set(tamper))
     result["alloc_conf_changed"] = [k for k in ALLOC_CONF_VARS if os.environ.get(k) != conf_before[k]]
     result["workload"] = observer.summary()
 
 
-def start_tool(torch, tool_spec: dict | None, result: dict):
-    """Load and start the probe of an ``oomlab`` tool (graders/tools/<name>.py), if one was asked for."""
+def load_probe(torch, tool_spec: dict | None, result: dict):
+    """Start the probe of an ``oomlab`` tool around the script, if one was asked for."""
     if not tool_spec:
         return None
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # after the script's folder
     try:
-        import importlib
+        from oomlab.tools import probe_class
 
-        tool = importlib.import_module(f"oomlab.tools.{tool_spec['name']}")
-        tool.start(torch, Path(tool_spec["out_dir"]), tool_spec.get("options", {}))
-        return tool
+        probe = probe_class(tool_spec["name"])(torch, Path(tool_spec["out_dir"]), tool_spec.get("options", {}))
+        probe.start()
+        return probe
     except Exception as err:  # the run goes on unprobed; the parent says why
         result["tool_error"] = f"{tool_spec['name']} could not start: {type(err).__name__}: {err}"
         return None
 
 
-def finish_tool(torch, tool, tool_spec: dict, exc, script_globals, result: dict) -> None:
+def finish_probe(probe, tool_spec: dict, exc, script_globals, result: dict) -> None:
     try:
-        tool.finish(torch, Path(tool_spec["out_dir"]), exc, script_globals)
-    except Exception as err:
+        probe.finish(exc, script_globals)
+    except Exception as err:  # Probe.finish never raises; this guards a broken subclass
         result["tool_error"] = f"{tool_spec['name']} failed: {type(err).__name__}: {err}"
 
 
@@ -202,45 +204,6 @@ def _refuse(name: str, effect: str, tamper: list[str]):
         print(f"[oomlab] ignored a call that {effect} (torch._C.{name})", file=sys.stderr)
 
     return refused
-
-
-def flatten(nested: dict, prefix: str = "") -> dict:
-    """``{"allocated_bytes": {"all": {"peak": n}}}`` -> ``{"allocated_bytes.all.peak": n}``, as memory_stats() does."""
-    flat = {}
-    for key, value in nested.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def read_stats(nested: dict) -> dict:
-    raw = flatten(nested)
-    get = lambda key: int(raw.get(key, 0))  # noqa: E731 - a one-line lookup
-    return {
-        "peak_allocated": get("allocated_bytes.all.peak"),
-        "peak_reserved": get("reserved_bytes.all.peak"),
-        "peak_requested": get("requested_bytes.all.peak"),
-        "inactive_split_peak": get("inactive_split_bytes.all.peak"),
-        "inactive_split_final": get("inactive_split_bytes.all.current"),
-        "allocated_final": get("allocated_bytes.all.current"),
-        "reserved_final": get("reserved_bytes.all.current"),
-        "retries": get("num_alloc_retries"),
-        "ooms": get("num_ooms"),
-        "segments_peak": get("segment.all.peak"),
-    }
-
-
-def learner_frame(exc: BaseException, script: str) -> dict:
-    """Where in the learner's file the exception passed last: file:line and the line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == script]
-    if isinstance(exc, SyntaxError) and exc.filename and os.path.abspath(exc.filename) == script:
-        return {"line_no": exc.lineno, "line": (exc.text or "").rstrip()}
-    if not frames:
-        return {}
-    last = frames[-1]
-    return {"line_no": last.lineno, "line": (last.line or "").strip()}
 
 
 class WorkloadObserver:

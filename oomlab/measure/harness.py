@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oomlab.measure.stats import ALLOC_CONF_VARS
+
 CHILD = Path(__file__).with_name("child.py")
-ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 # Statuses where the learner's script did not run to its end, through its own doing.
 SCRIPT_FAILURES = {"missing", "syntax", "error", "exit", "timeout", "crashed"}
@@ -44,8 +45,6 @@ class Measurement:
     tamper: list = field(default_factory=list)
     alloc_conf_changed: list = field(default_factory=list)
     wall_s: float | None = None  # the script itself
-    import_s: float | None = None  # starting Python and importing torch
-    setup_s: float | None = None  # ... and setting up CUDA and the budget
     process_s: float | None = None
     gpu: str = ""
     gpu_total_bytes: int = 0

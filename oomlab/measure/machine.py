@@ -8,6 +8,7 @@ import re
 import sys
 
 from oomlab.errors import OomLabError
+from oomlab.measure.stats import ALLOC_CONF_VARS
 from oomlab.units import GIB
 
 
@@ -57,7 +58,7 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
         ready &= level == "ok"
         rows.append((level, f"budget {ex.id}", finding))
 
-    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+    for var in ALLOC_CONF_VARS:
         if value := os.environ.get(var):
             rows.append(("warn", var, f"set to {value!r} in your shell; oomlab runs each exercise with the settings in its exercise.toml instead"))
     if not any(r[1].startswith("PYTORCH") for r in rows):

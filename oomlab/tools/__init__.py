@@ -1,12 +1,37 @@
-"""The three-step workflow as tools that work on any training script.
+"""The workflow's tools: each works on any training script, and on any exercise.
 
-Each tool module has two halves:
+One package per tool (``snapshot``, ``hunt``, ``profile``), each with a probe,
+an analysis and a presentation (see :mod:`oomlab.tools.base`); the steps they
+belong to are registered in :mod:`oomlab.steps`. :mod:`oomlab.tools.run` runs a
+tool on a target and reads its result.
 
-- the *probe* (``start`` / ``finish``), which runs inside the fresh measuring
-  process around the script, and writes ``<tool>.json`` and its artifacts into
-  an output folder;
-- the *analysis and drawing*, pure functions the parent process (and the tests)
-  call on what the probe wrote.
-
-``graders/_child.py`` loads a probe by name: ``oomlab.tools.<name>``.
+Standard library only at import: the measuring child loads probes through here.
 """
+
+from __future__ import annotations
+
+import importlib
+
+from oomlab.steps import step
+
+__all__ = ["analysis", "presenter", "probe_class"]
+
+
+def _module(name: str, part: str):
+    step(name)  # KeyError for a tool that is not registered
+    return importlib.import_module(f"oomlab.tools.{name}.{part}")
+
+
+def probe_class(name: str):
+    """The :class:`oomlab.tools.base.Probe` subclass of tool ``name``."""
+    return _module(name, "probe").Probe
+
+
+def analysis(name: str):
+    """Tool ``name``'s pure analysis module."""
+    return _module(name, "analysis")
+
+
+def presenter(name: str):
+    """Tool ``name``'s presentation module: ``render(result)`` and ``draw(result, out_dir)``."""
+    return _module(name, "present")

@@ -1,0 +1,124 @@
+"""The workflow's steps and what their findings mean: the one registry the rest reads.
+
+An exercise's manifest names its step; the CLI lists the steps and runs their
+tools; ``diagnose`` ranks what the tools found by :data:`FINDINGS`; the site
+titles its pages with them; ``oomlab dev figures`` runs each exercise's tool.
+Adding a tool means one package under ``oomlab/tools/`` and one :class:`Step`
+here.
+
+Standard library only: the measuring child reads it to load a probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["FINDINGS", "STEPS", "Finding", "Step", "fix_first", "step"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the workflow and the tool that does it."""
+
+    name: str  # the manifest's ``step``, the CLI command and the package oomlab.tools.<name>
+    number: int
+    title: str  # how the site and the overview title it
+    short: str  # a few words for tables: "hunt references"
+    summary: str  # what the tool does, one sentence: the CLI's help
+    figure_options: dict = field(default_factory=dict, hash=False)  # probe options for the site's pictures
+
+    @property
+    def label(self) -> str:
+        return f"{self.number} {self.short}"
+
+    @property
+    def heading(self) -> str:
+        return f"{self.number}. {self.title}"
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "snapshot", 1, "Take an allocator snapshot", "snapshot",
+        "record the allocator's history, dump a snapshot at the OOM or the end, and explain the fragmentation",
+    ),
+    Step(
+        "hunt", 2, "Hunt dangling graph references", "hunt references",
+        "find GPU memory that outlives its step and name the object that holds it",
+    ),
+    Step(
+        "profile", 3, "Profile the peak", "profile peaks",
+        "profile memory by operator and category, and name the op and line at the peak",
+        figure_options={"max_steps": 3},  # a few steps show the peak; all of them cost minutes
+    ),
+)
+
+
+def step(name: str) -> Step:
+    """The step called ``name``; KeyError when there is none."""
+    for s in STEPS:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A kind of structural problem a tool can report (its result's ``kind``), and what to do about it."""
+
+    kind: str
+    advice: str
+
+
+# In the order to fix them: the structure of the program first, the size of its work last.
+FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        "fragmentation",
+        "Fix the allocation order first: long-lived tensors sit in segments that short-lived ones were freed "
+        "from. Allocate what lives long early and in one piece (a preallocated buffer filled slice by slice).",
+    ),
+    Finding(
+        "graph-leak",
+        "These tensors still carry the autograd graph of a forward pass that never ran backward, so every "
+        "activation that graph saved stays on the device. Run that code under torch.no_grad() (or "
+        "torch.inference_mode()) when no gradient is needed, or keep loss.item() / tensor.detach() "
+        "instead of the tensor.",
+    ),
+    Finding(
+        "cycle",
+        "These objects reference each other, so reference counting never frees them; only the garbage "
+        "collector does, and it runs rarely. Break the cycle (a weakref, or del the attribute when done) "
+        "or call gc.collect() before memory runs out.",
+    ),
+    Finding(
+        "container-leak",
+        "This holder gains tensors every step and never lets go of them. Keep Python numbers (.item()), "
+        "move what you must keep to the CPU (.cpu()), or bound what it keeps.",
+    ),
+    Finding(
+        "transient-peak",
+        "Cut the peak first: one operation briefly holds several copies of a large tensor. "
+        "Use the fused operation (for a loss, F.cross_entropy on class indices) or process it in chunks.",
+    ),
+)
+NOTHING_STRUCTURAL = "Nothing structural to fix: the memory is spent on the work the job has to do."
+HYPERPARAMETERS_LAST = "Tune hyperparameters (batch size, sequence length, precision) only after the structural fixes."
+
+
+def advice(kind: str) -> str | None:
+    """What to do about a finding of ``kind``; None for a kind that is not a structural problem."""
+    return next((f.advice for f in FINDINGS if f.kind == kind), None)
+
+
+def fix_first(results: dict[str, dict]) -> dict:
+    """One verdict from the tools' results (``{step name: result}``): what to fix first, and why."""
+    kinds = {name: r.get("kind", "none") for name, r in results.items()}
+    first = next((f.kind for f in FINDINGS if f.kind in kinds.values()), None)
+    source = next((name for name, kind in kinds.items() if kind == first), None)
+    return {
+        "fix_first": first,
+        "found_by": source,
+        "headline": results[source]["headline"] if source else "No structural problem found: the memory goes to the work itself.",
+        "advice": advice(first) if first else NOTHING_STRUCTURAL,
+        "findings": {name: {"kind": kinds[name], "headline": r.get("headline", "")} for name, r in results.items()},
+        "then": HYPERPARAMETERS_LAST,
+    }
