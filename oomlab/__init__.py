@@ -1,16 +1,17 @@
-"""OOM Lab: graders, measuring harness and learner CLI for the course.
+"""OOM Lab: a graded course on PyTorch GPU out-of-memory errors, and the tools it teaches.
 
-The package is small on purpose; each module has one job:
+The package, by role (each subpackage's docstring says more)::
 
-- ``course``      finds the course folder and its exercises
-- ``manifest``    reads and validates ``exercise.toml``
-- ``harness``     measures a script in a fresh subprocess (``_child`` runs inside it)
-- ``checks``      turns a measurement into named pass/fail checks
-- ``reference``   measures and caches the reference solution per GPU and torch version
-- ``grading``     puts the three together into one verdict
-- ``verify``      the course's own truth check over every exercise
-- ``progress``    the learner's state file
-- ``cli``         the ``oomlab`` command
+    oomlab/
+      course/       the course folder: manifests, progress, originals and reset, init, .oomlab/ state
+      measure/      one fresh process per run under a budget: harness, child, statistics, the machine
+      grading/      checks, the reference cache, the verdict, and the one truth check over the course
+      tools/        the workflow's tools, one package each (probe, analysis, presentation) on one base
+      cli/          the ``oomlab`` command: the learner's loop, the tools, ``oomlab dev`` for maintainers
+      site/         the mkdocs hooks that build the exercise pages, and the site's pictures
+      steps.py      the registry of the workflow's steps and what their findings mean
+      oom.py        what an OOM message says; frames.py: whose code a frame is; units.py: sizes
+      production.py allocator metrics for long-lived workers (Prometheus) and when to recycle one
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -32,7 +32,7 @@ def is_library(filename: str | None) -> bool:
     path = filename.replace("\\", "/")
     if path.startswith("<") or not path.endswith(".py"):  # <frozen runpy>, <string>, C++ frames
         return True
-    if path.startswith("torch/"):  # the profiler shortens names relative to sys.path
+    if path.startswith(("torch/", "oomlab/")):  # profilers shorten names relative to sys.path; shared files too
         return True
     parts = path.split("/")
     if any(p in parts for p in _LIBRARY_PARTS) or "/lib/python3" in path or "/torch/" in path:
@@ -65,7 +65,8 @@ def portable(filename: str | None, root: str | None, labels: dict[str, str] | No
     ``labels`` maps an absolute path to the name to show (a variant of an
     exercise run from ``.oomlab/variants/`` shows as ``exercises/ID/train.py``);
     a file under ``root`` becomes relative to it; an installed package's file
-    becomes relative to its ``site-packages`` (``torch/nn/modules/linear.py``);
+    keeps its path from ``site-packages`` on (``site-packages/torch/nn/modules/linear.py``,
+    still recognisably a library's);
     oomlab's own files become ``oomlab/...``; anything else keeps its base name.
     Names that are not paths (``<frozen runpy>``, C++ frames) are kept as they are.
     """
@@ -79,7 +80,7 @@ def portable(filename: str | None, root: str | None, labels: dict[str, str] | No
     parts = path.split(os.sep)
     for marker in _LIBRARY_PARTS:
         if marker in parts:
-            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+            return "/".join(parts[len(parts) - 1 - parts[::-1].index(marker) :])
     if path.startswith(_PACKAGE + os.sep):
         return "oomlab/" + os.path.relpath(path, _PACKAGE).replace(os.sep, "/")
     return os.path.basename(path)

@@ -46,6 +46,6 @@ def parse_message(message: str) -> dict:
     return {"request": grab(r"Tried to allocate " + _SIZE), "allowed": grab(_SIZE + r" allowed")}
 
 
-def first_line(message: str, limit: int = 300) -> str:
-    """The message's first line, cut at ``limit`` characters: what a one-line report shows."""
-    return (message.splitlines() or [""])[0][:limit]
+def first_line(message: str, limit: int | None = 300) -> str:
+    """The message's first line, cut at ``limit`` characters (None: whole): what a one-line report shows."""
+    return ((message or "").splitlines() or [""])[0][:limit]

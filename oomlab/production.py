@@ -60,7 +60,9 @@ def cuda_memory_stats(device: int = 0) -> Callable[[], dict]:
     try:
         import torch
     except ImportError as err:
-        raise OomLabError("PyTorch is not installed, so there is no allocator to monitor.", "Install torch with CUDA support.") from err
+        raise OomLabError(
+            "PyTorch is not installed, so there is no allocator to monitor.", "Install torch with CUDA support."
+        ) from err
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         raise OomLabError(
@@ -96,7 +98,9 @@ class AllocatorMonitor:
             (tests, or another process's figures); by default the device's own.
     """
 
-    def __init__(self, device: int = 0, registry=None, prefix: str = "torch_cuda_allocator", stats: Callable[[], dict] | None = None):
+    def __init__(
+        self, device: int = 0, registry=None, prefix: str = "torch_cuda_allocator", stats: Callable[[], dict] | None = None
+    ):
         self.device = int(device)
         self.prefix = prefix
         self.read = stats if stats is not None else cuda_memory_stats(self.device)
@@ -118,16 +122,27 @@ class AllocatorMonitor:
             RESERVED: gauge("reserved_bytes", "Bytes the caching allocator holds from the GPU, cache included."),
             ALLOCATED: gauge("allocated_bytes", "Bytes in blocks that live tensors use."),
             NON_RELEASABLE: gauge(
-                "non_releasable_bytes", "Free bytes inside segments pinned by a live block (inactive_split_bytes): empty_cache() cannot return them."
+                "non_releasable_bytes",
+                "Free bytes inside segments pinned by a live block (inactive_split_bytes): empty_cache() cannot return them.",
             ),
-            RESERVED_PEAK: gauge("peak_reserved_bytes", "Highest reserved bytes since the process started or the peaks were reset."),
-            ALLOCATED_PEAK: gauge("peak_allocated_bytes", "Highest allocated bytes since the process started or the peaks were reset."),
-            NON_RELEASABLE_PEAK: gauge("peak_non_releasable_bytes", "Highest non-releasable bytes since the process started or the peaks were reset."),
+            RESERVED_PEAK: gauge(
+                "peak_reserved_bytes", "Highest reserved bytes since the process started or the peaks were reset."
+            ),
+            ALLOCATED_PEAK: gauge(
+                "peak_allocated_bytes", "Highest allocated bytes since the process started or the peaks were reset."
+            ),
+            NON_RELEASABLE_PEAK: gauge(
+                "peak_non_releasable_bytes", "Highest non-releasable bytes since the process started or the peaks were reset."
+            ),
             RETRIES: CounterMetricFamily(
-                f"{p}_alloc_retries", "Times the allocator freed all cached segments and retried a request: each one step short of an OOM.", labels=labels
+                f"{p}_alloc_retries",
+                "Times the allocator freed all cached segments and retried a request: each one step short of an OOM.",
+                labels=labels,
             ),
             OOMS: CounterMetricFamily(f"{p}_ooms", "Out-of-memory errors the allocator raised.", labels=labels),
-            "fragmentation": gauge("fragmentation_ratio", "1 - allocated/reserved: the share of reserved memory that no tensor uses."),
+            "fragmentation": gauge(
+                "fragmentation_ratio", "1 - allocated/reserved: the share of reserved memory that no tensor uses."
+            ),
         }
 
     def describe(self):
@@ -230,7 +245,9 @@ class RestartPolicy:
         warmed_up = uptime_s >= self.min_uptime_s
 
         if ooms > 0:
-            return Decision(True, f"{ooms} out-of-memory error(s) happened: the allocator's state that caused them persists", "oom")
+            return Decision(
+                True, f"{ooms} out-of-memory error(s) happened: the allocator's state that caused them persists", "oom"
+            )
         if rate > self.max_retries_per_hour:
             return Decision(
                 True,
@@ -252,7 +269,11 @@ class RestartPolicy:
                 "fragmentation",
             )
         if self.max_uptime_s is not None and uptime_s > self.max_uptime_s:
-            return Decision(True, f"up {uptime_s / HOUR_S:,.1f} h, past the scheduled recycle at {self.max_uptime_s / HOUR_S:,.1f} h", "max_uptime")
+            return Decision(
+                True,
+                f"up {uptime_s / HOUR_S:,.1f} h, past the scheduled recycle at {self.max_uptime_s / HOUR_S:,.1f} h",
+                "max_uptime",
+            )
 
         waiting = "" if warmed_up else f", warming up (fragmentation and non-releasable rules start at {self.min_uptime_s:g} s)"
         return Decision(

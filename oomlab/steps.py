@@ -38,15 +38,25 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step(
-        "snapshot", 1, "Take an allocator snapshot", "snapshot",
-        "record the allocator's history, dump a snapshot at the OOM or the end, and explain the fragmentation",
+        "snapshot",
+        1,
+        "Take an allocator snapshot",
+        "snapshot",
+        "record the allocator's history, dump a snapshot at the OOM or the end, and explain the fragmentation "
+        "(given a .pickle snapshot instead of a target, it reads that file and runs nothing)",
     ),
     Step(
-        "hunt", 2, "Hunt dangling graph references", "hunt references",
+        "hunt",
+        2,
+        "Hunt dangling graph references",
+        "hunt references",
         "find GPU memory that outlives its step and name the object that holds it",
     ),
     Step(
-        "profile", 3, "Profile the peak", "profile peaks",
+        "profile",
+        3,
+        "Profile the peak",
+        "profile peaks",
         "profile memory by operator and category, and name the op and line at the peak",
         figure_options={"max_steps": 3},  # a few steps show the peak; all of them cost minutes
     ),

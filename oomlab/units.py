@@ -14,8 +14,23 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 # Binary multiples, as torch and nvidia-smi mean them; a trailing "B" or "iB" changes nothing.
-UNIT_BYTES = {"": 1, "b": 1, "bytes": 1, "k": KIB, "kb": KIB, "kib": KIB, "m": MIB, "mb": MIB, "mib": MIB,
-              "g": GIB, "gb": GIB, "gib": GIB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+UNIT_BYTES = {
+    "": 1,
+    "b": 1,
+    "bytes": 1,
+    "k": KIB,
+    "kb": KIB,
+    "kib": KIB,
+    "m": MIB,
+    "mb": MIB,
+    "mib": MIB,
+    "g": GIB,
+    "gb": GIB,
+    "gib": GIB,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
 
 __all__ = ["GIB", "KIB", "MIB", "format_bytes", "in_mib", "parse_size", "quantity"]
 

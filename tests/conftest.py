@@ -1,4 +1,4 @@
-"""Fixtures for the CPU tests of the graders themselves."""
+"""Fixtures for the project's own tests; GPU tests skip where there is no GPU."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from oomlab.grading.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from oomlab.grading.checks import CHECKS, MIB, run_checks, workload_differences
 from oomlab.errors import OomLabError
+from oomlab.grading.checks import CHECKS, run_checks, workload_differences
 from oomlab.measure.harness import Measurement
+from oomlab.units import MIB
 
 BUDGET = 1024 * MIB
 
@@ -80,8 +81,14 @@ def test_the_honest_run_passes_every_check():
     "changes, words",
     [
         ({"samples_per_step": [16, 8, 16], "train_samples": 40}, ["Step 2", "8 samples", "smaller batch"]),
-        ({"optimizer_steps": 2, "samples_per_step": [16, 16], "train_samples": 32}, ["2 optimizer steps", "runs 3", "Fewer steps"]),
-        ({"inference_samples": 16, "inference_elements": 16 * 512}, ["saw 16 samples", "reference sees 64", "Skipping evaluation"]),
+        (
+            {"optimizer_steps": 2, "samples_per_step": [16, 16], "train_samples": 32},
+            ["2 optimizer steps", "runs 3", "Fewer steps"],
+        ),
+        (
+            {"inference_samples": 16, "inference_elements": 16 * 512},
+            ["saw 16 samples", "reference sees 64", "Skipping evaluation"],
+        ),
         ({"inference_samples": 0, "inference_elements": 0, "inference_forwards": 0}, ["saw 0 samples", "Skipping evaluation"]),
         ({"train_elements": 48 * 256}, ["12,288 elements", "24,576", "Shorter or fewer sequences"]),
         ({"devices": ["cpu", "cuda"]}, ["ran on cpu", "runs on the GPU"]),
@@ -267,5 +274,11 @@ def test_validate_rejects_bad_parameters(name, params, words):
     assert str(err.value).startswith("ex.toml: [checks.x]")
 
 
-def test_validate_accepts_an_int_for_a_float():
-    CHECKS["peak_allocated"].validate({"tolerance": 1, "slack_mib": 32}, where="ex.toml")
+def test_validate_accepts_an_int_for_a_float_and_evaluate_uses_it():
+    params = {"tolerance": 1, "slack_mib": 32}  # TOML writes 1 for 1.0
+    CHECKS["peak_allocated"].validate(params, where="ex.toml")  # raises on a type it does not accept
+    ref = Measurement(script="ref.py", status="ok", stats=stats(peak_allocated=100 * MIB))
+    at_limit = Measurement(script="fix.py", status="ok", stats=stats(peak_allocated=200 * MIB))
+    over = Measurement(script="fix.py", status="ok", stats=stats(peak_allocated=200 * MIB + 1))
+    assert CHECKS["peak_allocated"].evaluate(at_limit, ref, params).passed  # 100 MiB x (1 + 1)
+    assert not CHECKS["peak_allocated"].evaluate(over, ref, params).passed

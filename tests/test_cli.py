@@ -29,9 +29,7 @@ def oomlab(root: Path, *args: str) -> tuple[int, str]:
         PYTHONPATH=str(REPO),  # the graders under test, whether or not the course is installed
         CUDA_VISIBLE_DEVICES="",  # the same answers on a machine with a GPU
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "oomlab", *args], cwd=root, env=env, capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out
     assert proc.returncode != 3 and not (root / ".oomlab" / "last-error.txt").exists(), out
@@ -50,7 +48,7 @@ def learner_file(root: Path, ex_id: str = "eval-graphs") -> Path:
 def test_help(root):
     rc, out = oomlab(root, "--help")
     assert rc == 0
-    for command in ("run", "check", "hint", "watch", "reset", "solution", "doctor", "verify", "list"):
+    for command in ("run", "check", "hint", "watch", "reset", "solution", "doctor", "init", "list", "dev"):
         assert re.search(rf"\b{command}\b", out), command
 
 

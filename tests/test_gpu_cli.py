@@ -30,7 +30,9 @@ def course(tmp_path) -> Path:
 def oomlab(course: Path, *args: str) -> subprocess.CompletedProcess:
     # PYTHONPATH: the graders under test, whether or not the course is installed.
     env = {**os.environ, "OOMLAB_ROOT": str(course), "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=course, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "oomlab", *args], cwd=course, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_run_shows_where_the_oom_happened(course):

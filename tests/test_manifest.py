@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from oomlab.course import Course
+from oomlab.course.manifest import STEP_NAMES
 from oomlab.errors import OomLabError
-from oomlab.course.manifest import STEPS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,11 +39,11 @@ def test_the_copy_loads(course_copy):
     ex = course.exercises[0]
     assert ex.manifest_path == manifest(course_copy, "feature-cache")
     assert isinstance(ex.time_limit_s, float)  # an int in TOML is accepted where a float is wanted
-    assert all(e.step in STEPS for e in course.exercises)
+    assert all(e.step in STEP_NAMES for e in course.exercises)
 
 
 def test_invalid_toml(course_copy):
-    path = edit(course_copy, "eval-graphs", 'order = 2\n', 'order = = 2\n')
+    path = edit(course_copy, "eval-graphs", "order = 2\n", "order = = 2\n")
     line = path.read_text().splitlines().index("order = = 2") + 1
     message = load_error(course_copy)
     assert f"{path} is not valid TOML" in message
@@ -117,8 +117,12 @@ def test_wrong_fix_expecting_a_check_the_exercise_lacks(course_copy):
 
 def test_wrong_fix_whose_edit_is_not_in_the_script(course_copy):
     # The manifest is valid; the edit fails when it is applied to the buggy script (verify, pytest --solutions).
-    path = edit(course_copy, "eval-graphs", 'find = "batch_size, steps, eval_every, eval_batches = 4096, 30, 10, 8"',
-                'find = "batch_size = 4096"')
+    path = edit(
+        course_copy,
+        "eval-graphs",
+        'find = "batch_size, steps, eval_every, eval_batches = 4096, 30, 10, 8"',
+        'find = "batch_size = 4096"',
+    )
     ex = Course(course_copy).get("eval-graphs")
     fix = next(f for f in ex.wrong_fixes if f.name == "fewer-eval-batches")
     source = ex.learner_path.read_text(encoding="utf-8")

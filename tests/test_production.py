@@ -17,7 +17,6 @@ from oomlab.production import AllocatorMonitor, Decision, RestartPolicy, RetryRa
 from oomlab.units import GIB, MIB  # noqa: E402
 
 
-
 def fake_stats(**changes) -> dict:
     """A flat memory_stats() dict of a worker: 6 GiB reserved, 4 GiB allocated, 512 MiB stranded."""
     stats = {
@@ -229,9 +228,15 @@ def test_frequent_retries_fire():
     assert policy.decide(HEALTHY, uptime_s=7200, retries_in_last_hour=11).rule == "retries"
     assert not policy.decide(HEALTHY, uptime_s=7200, retries_in_last_hour=10).restart
     # Without a rate, the total is spread over the uptime: 30 retries in 2 h is 15 per hour.
-    assert policy.decide(fake_stats(**{"reserved_bytes.all.current": 5 * GIB, "num_alloc_retries": 30}), uptime_s=7200).rule == "retries"
+    assert (
+        policy.decide(fake_stats(**{"reserved_bytes.all.current": 5 * GIB, "num_alloc_retries": 30}), uptime_s=7200).rule
+        == "retries"
+    )
     # ... and a young worker's retries count in full, as if all in the last hour.
-    assert policy.decide(fake_stats(**{"reserved_bytes.all.current": 5 * GIB, "num_alloc_retries": 11}), uptime_s=60).rule == "retries"
+    assert (
+        policy.decide(fake_stats(**{"reserved_bytes.all.current": 5 * GIB, "num_alloc_retries": 11}), uptime_s=60).rule
+        == "retries"
+    )
 
 
 def test_non_releasable_cap_fires():

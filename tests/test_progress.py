@@ -9,36 +9,46 @@ from pathlib import Path
 import pytest
 
 from oomlab.course import Course
+from oomlab.course.originals import keep_originals, pristine_source, reset, shipped_source
+from oomlab.course.progress import Progress
+from oomlab.course.shipped import init_course
+from oomlab.course.state import StateDir
 from oomlab.errors import OomLabError
-from oomlab.course.progress import Progress, keep_originals, pristine_path, pristine_source, reset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pristine_path(ex) -> Path:
+    return StateDir(ex.root).original(ex.id, ex.file)
 
 
 # --- hints and the state file ----------------------------------------------------------------
 
 
 def test_hints_advance_one_per_call_and_stop_at_the_last(tmp_path):
-    progress = Progress(tmp_path / ".oomlab")
+    progress = Progress(StateDir(tmp_path))
     assert [progress.next_hint("a", 3) for _ in range(5)] == [0, 1, 2, 2, 2]
     assert progress.next_hint("b", 3) == 0  # each exercise has its own count
     # The count is kept on disk: a new process goes on where the last one stopped.
-    again = Progress(tmp_path / ".oomlab")
+    again = Progress(StateDir(tmp_path))
     assert again.next_hint("b", 3) == 1
     assert again.next_hint("a", 3) == 2
 
 
 def test_passed_is_kept(tmp_path):
-    Progress(tmp_path).mark_passed("a")
-    progress = Progress(tmp_path)
+    Progress(StateDir(tmp_path)).mark_passed("a")
+    progress = Progress(StateDir(tmp_path))
     assert progress.passed("a") and not progress.passed("b")
 
 
 @pytest.mark.parametrize("damage", ["{not json", "[1, 2]", "\xff\xfe garbage"], ids=["bad-json", "not-an-object", "bad-bytes"])
 def test_a_damaged_state_file_is_moved_aside(tmp_path, damage):
-    state = tmp_path / "state.json"
+    state = StateDir(tmp_path).progress_file
+    state.parent.mkdir()
     state.write_bytes(damage.encode("latin-1"))
-    progress = Progress(tmp_path)
+    progress = Progress(StateDir(tmp_path))
     assert not state.exists()
-    kept = list(tmp_path.glob("state.damaged-*.json"))
+    kept = list(state.parent.glob("state.damaged-*.json"))
     assert len(kept) == 1 and kept[0].read_bytes() == damage.encode("latin-1")
     # Progress starts fresh and can be saved again.
     assert progress.data == {"passed": {}, "hints": {}}
@@ -123,7 +133,9 @@ def test_keep_originals_keeps_them_before_the_first_edit(course_copy):
 def git(root: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", *args],
-        cwd=root, check=True, capture_output=True,
+        cwd=root,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -140,17 +152,17 @@ def test_pristine_source_prefers_git_head(course_copy):
     assert ex.learner_path.read_text() == committed
 
 
-def test_pristine_source_follows_a_course_update(course_copy):
+def test_an_edit_the_learner_committed_is_never_taken_for_the_original(course_copy):
     ex = Course(course_copy).get("eval-graphs")
+    shipped = ex.learner_path.read_text()
     git(course_copy, "init", "-q")
     git(course_copy, "add", "-A")
     git(course_copy, "commit", "-q", "-m", "course")
-    pristine_source(ex)
-    updated = ex.learner_path.read_text() + "# a later version of the course\n"
-    ex.learner_path.write_text(updated)
-    git(course_copy, "commit", "-q", "-am", "course update")
+    keep_originals([ex])  # the first oomlab command in the folder
     ex.learner_path.write_text("# the learner's version\n")
-    assert pristine_source(ex) == updated
+    git(course_copy, "commit", "-q", "-am", "my work")
+    assert reset(ex).read_text() == "# the learner's version\n"
+    assert ex.learner_path.read_text() == shipped
 
 
 def test_pristine_source_falls_back_to_the_file(course_copy):
@@ -159,3 +171,54 @@ def test_pristine_source_falls_back_to_the_file(course_copy):
     current = ex.learner_path.read_text()
     assert pristine_source(ex) == current
     assert pristine_path(ex).read_text() == current
+
+
+# --- a course folder made by `oomlab init` ---------------------------------------------------
+
+
+@pytest.fixture
+def learner_course(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.resolve()))
+    dest = tmp_path / "my-course"
+    init_course(dest)
+    return dest
+
+
+def test_init_writes_the_exercises_and_graders_but_not_the_solutions(learner_course):
+    assert sorted(p.name for p in learner_course.iterdir()) == [".gitignore", ".oomlab", "exercises", "graders"]
+    course = Course(learner_course)
+    assert [e.id for e in course.exercises] == [e.id for e in Course(REPO).exercises]
+    for ex in course.exercises:
+        assert ex.learner_path.read_text() == (REPO / "exercises" / ex.id / ex.file).read_text()
+        assert ex.solution_path == REPO / "solutions" / ex.id / ex.file  # graded against the shipped fix
+        assert shipped_source(ex) == ex.learner_path.read_text()
+    assert (learner_course / "graders" / "test_exercises.py").is_file()
+
+
+def test_reset_in_an_initialised_course_gives_back_the_shipped_file_after_a_committed_edit(learner_course):
+    ex = Course(learner_course).get("feature-cache")
+    shipped = (REPO / "exercises" / ex.id / ex.file).read_text()
+    git(learner_course, "init", "-q")
+    git(learner_course, "add", "-A")
+    git(learner_course, "commit", "-q", "-m", "start")
+    ex.learner_path.write_text(shipped + "# my fix\n")
+    git(learner_course, "commit", "-q", "-am", "my fix")
+    assert reset(ex).read_text() == shipped + "# my fix\n"
+    assert ex.learner_path.read_text() == shipped
+
+
+def test_without_its_state_folder_an_initialised_course_resets_from_the_package(learner_course):
+    import shutil
+
+    shutil.rmtree(learner_course / ".oomlab")
+    ex = Course(learner_course).get("one-hot-peak")
+    ex.learner_path.write_text("# broken\n")
+    reset(ex)
+    assert ex.learner_path.read_text() == (REPO / "exercises" / ex.id / ex.file).read_text()
+
+
+def test_init_never_writes_into_a_folder_that_holds_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OomLabError, match="is not empty; nothing was changed"):
+        init_course(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

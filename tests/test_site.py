@@ -124,17 +124,14 @@ def test_no_page_loads_from_the_internet(site):
     pages = list(site.rglob("*.html"))
     assert pages
     offenders = [
-        f"{page.relative_to(site)}: {host}"
-        for page in pages
-        for host in EXTERNAL
-        if host in page.read_text(encoding="utf-8")
+        f"{page.relative_to(site)}: {host}" for page in pages for host in EXTERNAL if host in page.read_text(encoding="utf-8")
     ]
     assert not offenders, "pages that need the internet: " + "; ".join(offenders)
 
 
 def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
     index = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))
-    from oomlab.tools.snapshot import load_snapshot
+    from oomlab.tools.snapshot.analysis import load_snapshot
 
     snapshots = 0
     for figure in index["figures"].values():

@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from oomlab.tools import hunt  # noqa: E402
+from oomlab.tools.hunt import analysis, present, probe  # noqa: E402
+from oomlab.tools.hunt import walk as hunt_walk  # noqa: E402
 from oomlab.units import MIB  # noqa: E402
 
 B, D_IN, D_HIDDEN = 64, 32, 256
@@ -39,9 +40,9 @@ def by_name(holders, name):
 
 
 def walk(roots, **kwargs):
-    kwargs.setdefault("exclude", hunt.model_state_ids(list(roots.values())))
+    kwargs.setdefault("exclude", hunt_walk.model_state_ids(list(roots.values())))
     kwargs.setdefault("cycles", False)
-    return hunt.find_holders(roots, device_type="cpu", **kwargs)
+    return hunt_walk.find_holders(roots, device_type="cpu", **kwargs)
 
 
 LOSSES = "evaluate() local 'losses' (train.py:40)"
@@ -60,7 +61,7 @@ def test_losses_kept_without_no_grad_keep_their_graphs_saved_activations():
     assert held["largest_path"].startswith("losses[") and "._saved_" in held["largest_path"]
     assert held["state_bytes"] == 0  # the weights the graphs saved belong to the model
 
-    result = hunt.summarize(holders, min_bytes=1024)
+    result = analysis.summarize(holders, min_bytes=1024)
     assert result["kind"] == "graph-leak"
     assert result["culprit"] == LOSSES
     assert result["culprit_bytes"] == held["bytes"]
@@ -112,7 +113,7 @@ def test_global_module_hooks_are_roots():
     handle = torch.nn.modules.module.register_module_forward_hook(keep_output)
     try:
         nn.Linear(D_IN, D_HIDDEN)(torch.randn(B, D_IN))
-        roots = hunt.roots_from(None, {}, "train.py")
+        roots = hunt_walk.roots_from(None, {}, "train.py")
         holders = walk(roots)
     finally:
         handle.remove()
@@ -136,7 +137,7 @@ def test_a_stored_exception_keeps_its_frames_locals_alive():
     assert held["bytes"] == 512 * 256 * 4
     assert held["largest_path"].startswith("last_error.__traceback__")
     assert "failing_step() frame" in held["largest_path"] and held["largest_path"].endswith("local 'batch'")
-    result = hunt.summarize([held], min_bytes=1024)
+    result = analysis.summarize([held], min_bytes=1024)
     assert result["kind"] == "container-leak" and result["culprit"] == "global 'last_error'"
     assert "alive through an exception's traceback" in result["headline"] and "str(err)" in result["advice"]
 
@@ -155,14 +156,14 @@ def test_the_exception_being_handled_when_the_retry_failed_is_a_root():
         except RuntimeError:
             raise RuntimeError("CUDA out of memory (the retry)")  # noqa: B904 - the implicit context is the point
     except RuntimeError as exc:
-        roots = hunt.roots_from(exc, {}, __file__)
+        roots = hunt_walk.roots_from(exc, {}, __file__)
         holders = walk(roots)
-    held = by_name(holders, hunt.CONTEXT_ROOT)
+    held = by_name(holders, hunt_walk.CONTEXT_ROOT)
     assert held["direct_bytes"] >= B * D_HIDDEN * 4 * 4  # `hidden` itself
     assert held["graph_bytes"] >= B * D_HIDDEN * 4  # and what its graph saved
     assert held["largest_path"].startswith("exc.__context__.__traceback__")
     assert "attempt() frame" in held["largest_path"] and held["largest_path"].endswith("local 'hidden'")
-    assert "being handled" in hunt.describe(held["name"], held["type"])
+    assert "being handled" in analysis.describe(held["name"], held["type"])
 
 
 class Pair:
@@ -179,20 +180,20 @@ def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
         a.other, b.other = b, a
         expected = storage_bytes(a.payload)
         del a, b
-        holders = hunt.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
+        holders = hunt_walk.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
     finally:
         gc.enable()
-    cycle = next(h for h in holders if h["label"] == hunt.CYCLE)
+    cycle = next(h for h in holders if h["label"] == hunt_walk.CYCLE)
     assert cycle["bytes"] >= expected
     assert "Pair" in cycle["name"] and cycle["largest_path"].endswith(".payload")
-    result = hunt.summarize(holders, min_bytes=1024)
+    result = analysis.summarize(holders, min_bytes=1024)
     assert result["kind"] == "cycle"
     assert "held only by a reference cycle" in result["headline"] and "gc.collect() frees" in result["headline"]
 
 
 def test_cycle_detection_leaves_gc_as_it_found_it():
     flags, garbage = gc.get_debug(), len(gc.garbage)
-    hunt.find_holders({}, device_type="cpu", cycles=True)
+    hunt_walk.find_holders({}, device_type="cpu", cycles=True)
     assert gc.get_debug() == flags and len(gc.garbage) == garbage
 
 
@@ -209,9 +210,9 @@ def test_model_parameters_and_optimizer_state_are_state_not_culprits():
     expected = storage_bytes(*params, *[p.grad for p in params], *state)
     assert sum(h["state_bytes"] for h in holders) == sum(h["bytes"] for h in holders) == expected
     assert by_name(holders, "global 'model'")["largest_path"].startswith("model.")
-    assert {h["label"] for h in holders} == {hunt.STATE}
+    assert {h["label"] for h in holders} == {hunt_walk.STATE}
 
-    result = hunt.summarize(holders, min_bytes=1)
+    result = analysis.summarize(holders, min_bytes=1)
     assert result["kind"] == "none" and result["culprit_bytes"] == 0 and result["culprit"] is None
     assert result["state_bytes"] == expected
 
@@ -256,7 +257,7 @@ def test_roots_from_names_frame_locals_with_their_line(tmp_path):
     try:
         runpy.run_path(str(script), run_name="__main__")
     except ValueError as err:
-        roots = hunt.roots_from(err, None, script)
+        roots = hunt_walk.roots_from(err, None, script)
     assert "step() local 'big' (train.py:9)" in roots
     assert roots["step() local 'n' (train.py:9)"] == 64
     assert "global 'keep'" in roots and "global 'json'" not in roots  # modules are not roots
@@ -268,7 +269,7 @@ def test_reading_a_running_frames_locals_leaves_no_reference_behind():
     def body():
         t = torch.ones(10)
         ref = weakref.ref(t)
-        hunt._frame_locals(sys._getframe())
+        hunt_walk._frame_locals(sys._getframe())
         t = None  # noqa: F841 - rebinding must free the tensor
         return ref() is None
 
@@ -319,16 +320,17 @@ def run_probe(tmp_path, source: str) -> dict:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
     out = tmp_path / "out"
-    hunt.start(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
-    handle = hunt._probe["handle"]
+    hunter = probe.Probe(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
+    hunter.start()
+    handle = hunter.handle
     try:
         try:
             script_globals = runpy.run_path(str(script), run_name="__main__")
         except RuntimeError as exc:
-            hunt.finish(torch, out, exc, None)
+            hunter.finish(exc, None)
         else:
-            hunt.finish(torch, out, None, script_globals)
-        assert hunt._probe["handle"] is None  # finish removed the optimizer hook
+            hunter.finish(None, script_globals)
+        assert hunter.handle is None  # finish removed the optimizer hook
     finally:
         handle.remove()  # whatever happened, no other test sees this probe's hook
     return json.loads((out / "hunt.json").read_text(encoding="utf-8"))
@@ -357,39 +359,67 @@ def test_finish_never_raises(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise MemoryError("the walk itself ran out of memory")
 
-    monkeypatch.setattr(hunt, "find_holders", broken)
-    hunt.finish(torch, tmp_path, RuntimeError("CUDA out of memory"), None)
+    monkeypatch.setattr(probe, "find_holders", broken)
+    probe.Probe(torch, tmp_path, {}).finish(RuntimeError("CUDA out of memory"), None)
     result = json.loads((tmp_path / "hunt.json").read_text(encoding="utf-8"))
     assert result["kind"] == "error" and result["culprit_bytes"] == 0 and result["error"]
 
 
 def holder(name, type_, *, direct=0, graph=0, state=0, tensors=0, saved=0, graphs=0, tensor_root=False, label=""):
-    return {"name": name, "type": type_, "bytes": direct + graph + state, "state_bytes": state,
-            "direct_bytes": direct, "graph_bytes": graph, "tensors": tensors, "saved_tensors": saved,
-            "graphs": graphs, "largest_path": name, "largest_bytes": direct, "tensor_root": tensor_root, "label": label}
-
-
+    return {
+        "name": name,
+        "type": type_,
+        "bytes": direct + graph + state,
+        "state_bytes": state,
+        "direct_bytes": direct,
+        "graph_bytes": graph,
+        "tensors": tensors,
+        "saved_tensors": saved,
+        "graphs": graphs,
+        "largest_path": name,
+        "largest_bytes": direct,
+        "tensor_root": tensor_root,
+        "label": label,
+    }
 
 
 def test_a_big_container_that_did_not_grow_is_held_not_leaked():
-    holders = [holder("global 'features'", "list", direct=600 * MIB, tensors=30),
-               holder("global 'model'", "Sequential", state=300 * MIB, label=hunt.STATE),
-               holder("global 'x'", "Tensor", direct=8 * MIB, tensors=1, tensor_root=True)]
-    result = hunt.summarize(holders, allocated=910 * MIB)
+    holders = [
+        holder("global 'features'", "list", direct=600 * MIB, tensors=30),
+        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_walk.STATE),
+        holder("global 'x'", "Tensor", direct=8 * MIB, tensors=1, tensor_root=True),
+    ]
+    result = analysis.summarize(holders, allocated=910 * MIB)
     assert result["kind"] == "held" and result["culprit"] == "global 'features'"
     assert "could not be checked" in result["headline"]
-    grown = hunt.summarize(holders, baseline={"global 'features'": 20 * MIB})
-    assert grown["kind"] == "container-leak" and "grew by 580 MiB since optimizer step 1" in grown["headline"]
+    grown = analysis.summarize(holders, baseline={"global 'features'": 20 * MIB})
+    assert grown["kind"] == "container-leak" and "grew by 580.0 MiB since optimizer step 1" in grown["headline"]
 
 
 def test_the_current_steps_forward_graph_is_not_a_leak():
-    holders = [holder("lm_loss() local 'logits' (train.py:30)", "Tensor", direct=64 * MIB, graph=200 * MIB,
-                      tensors=1, saved=4, graphs=1, tensor_root=True),
-               holder("Linear.forward() local 'input' (torch/nn/modules/linear.py:125)", "Tensor", graph=900 * MIB,
-                      saved=3, graphs=1, tensor_root=True)]
-    result = hunt.summarize(holders, in_flight={holders[1]["name"]}, allocated=1400 * MIB)
+    holders = [
+        holder(
+            "lm_loss() local 'logits' (train.py:30)",
+            "Tensor",
+            direct=64 * MIB,
+            graph=200 * MIB,
+            tensors=1,
+            saved=4,
+            graphs=1,
+            tensor_root=True,
+        ),
+        holder(
+            "Linear.forward() local 'input' (torch/nn/modules/linear.py:125)",
+            "Tensor",
+            graph=900 * MIB,
+            saved=3,
+            graphs=1,
+            tensor_root=True,
+        ),
+    ]
+    result = analysis.summarize(holders, in_flight={holders[1]["name"]}, allocated=1400 * MIB)
     assert result["kind"] == "none" and result["culprit_bytes"] == 0
-    assert result["holders"][1]["label"] == hunt.IN_FLIGHT
+    assert result["holders"][1]["label"] == analysis.IN_FLIGHT
     assert result["headline"].startswith("nothing outlives its step")
 
 
@@ -397,10 +427,12 @@ def test_render_and_draw(tmp_path):
     from rich.table import Table
     from rich.text import Text
 
-    base = [holder(LOSSES, "list", direct=2048, graph=816 * MIB, tensors=3, saved=30, graphs=3),
-            holder("global 'model'", "Sequential", state=300 * MIB, label=hunt.STATE)]
-    result = hunt.summarize(base, allocated=1200 * MIB, reserved=1300 * MIB, steps=[400 * MIB] * 10)
-    shown = hunt.render(result)
+    base = [
+        holder(LOSSES, "list", direct=2048, graph=816 * MIB, tensors=3, saved=30, graphs=3),
+        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_walk.STATE),
+    ]
+    result = analysis.summarize(base, allocated=1200 * MIB, reserved=1300 * MIB, steps=[400 * MIB] * 10)
+    shown = present.render(result)
     assert isinstance(shown[0], Table) and any(isinstance(x, Text) and "no_grad" in x.plain for x in shown)
     assert any(isinstance(x, Text) and "explain" in x.plain for x in shown)
 
@@ -408,7 +440,7 @@ def test_render_and_draw(tmp_path):
 
     for steps in ([400 * MIB] * 10, []):
         result["steps"] = steps
-        (path,) = hunt.draw(result, tmp_path / f"steps{len(steps)}")
+        (path,) = present.draw(result, tmp_path / f"steps{len(steps)}")
         assert path.name == "hunt.png" and matplotlib.image.imread(path).shape[1] == 1200
 
 
@@ -428,9 +460,10 @@ def hunt_hooked(tmp_path) -> tuple[dict, list]:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(HOOKED_SCRIPT).lstrip(), encoding="utf-8")
     out = tmp_path / "out"
-    hunt.start(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
+    hunter = probe.Probe(torch, out, {"script": str(script), "device": "cpu", "min_bytes": 1024})
+    hunter.start()
     script_globals = runpy.run_path(str(script), run_name="__main__")
-    hunt.finish(torch, out, None, script_globals)
+    hunter.finish(None, script_globals)
     return json.loads((out / "hunt.json").read_text(encoding="utf-8")), script_globals["unpacked"]
 
 
@@ -438,16 +471,16 @@ def test_hook_packed_values_are_not_unpacked_by_the_walk(tmp_path):
     result, unpacked = hunt_hooked(tmp_path)
     assert unpacked == []
     assert result["walk"]["packed_saved"] >= 1
-    assert "were packed by saved_tensors_hooks" in " ".join(getattr(x, "plain", "") for x in hunt.render(result))
+    assert "were packed by saved_tensors_hooks" in " ".join(getattr(x, "plain", "") for x in present.render(result))
 
 
 def test_on_torch_that_cannot_see_saved_tensor_hooks_the_walk_reads_no_saved_value(tmp_path, monkeypatch):
     # torch 2.4 has no SavedTensor.unpack_hook: a hook-packed value looks like any other, so after
     # the script entered saved_tensors_hooks the walk must not read any saved value.
-    if not hunt.saved_hooks_visible(torch):
+    if not probe.saved_hooks_visible(torch):
         pytest.skip("this torch is the case itself: the test above runs on it for real")
     seen, _ = hunt_hooked(tmp_path / "visible")
-    monkeypatch.setattr(hunt, "saved_hooks_visible", lambda torch: False)
+    monkeypatch.setattr(probe, "saved_hooks_visible", lambda torch: False)
     hooks = torch.autograd.graph.saved_tensors_hooks
     entered = hooks.__enter__
     blind, unpacked = hunt_hooked(tmp_path / "blind")

@@ -24,7 +24,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from oomlab.tools import profile  # noqa: E402
+from oomlab.oom import parse_message  # noqa: E402
+from oomlab.tools.profile import analysis, categories, events, present, probe  # noqa: E402
 from oomlab.units import GIB, MIB  # noqa: E402
 
 VOCAB, BATCH = 4096, 256
@@ -72,13 +73,14 @@ def profiled(folder: Path, fail_at: int | None = None, device: str = "cpu", **op
     """Run the script between the probe's start and finish, as the measuring child does; return profile.json."""
     script = write_script(folder, fail_at, device)
     out = folder / "out"
-    profile.start(torch, out, {"script": str(script), **options})
+    tool = probe.Probe(torch, out, {"script": str(script), **options})
+    tool.start()
     try:
         globals_ = runpy.run_path(str(script), run_name="__main__")
     except BaseException as exc:
-        profile.finish(torch, out, exc, None)
+        tool.finish(exc, None)
     else:
-        profile.finish(torch, out, None, globals_)
+        tool.finish(None, globals_)
     return json.loads((out / "profile.json").read_text(encoding="utf-8"))
 
 
@@ -108,7 +110,7 @@ def test_peak_is_transient_and_the_headline_names_it(result):
     assert peak["kind_basis"] == "level at the step end"
     assert peak["freed_after_peak_bytes"] >= ONE_HOT_BYTES
     assert f"train_small.py:{ONE_HOT_LINE}" in result["headline"]
-    assert "12 MiB" in result["headline"]
+    assert "12.0 MiB" in result["headline"]
     assert result["tool"] == "profile" and isinstance(result["culprit_bytes"], int)
 
 
@@ -122,7 +124,7 @@ def test_top_ops_contain_the_one_hot(result):
     # The one-hot's bytes are credited to aten::one_hot, not to the aten::empty it calls to allocate them.
     for allocator_op in ("aten::empty", "aten::empty_strided", "aten::zeros"):
         assert ops.get(allocator_op, {"bytes": 0})["bytes"] < BATCH * VOCAB * 8
-    assert len(result["top_ops"]) <= profile.TOP_OPS
+    assert len(result["top_ops"]) <= events.TOP_OPS
 
 
 def test_timeline_has_categories_and_holds_the_peak(result):
@@ -131,7 +133,7 @@ def test_timeline_has_categories_and_holds_the_peak(result):
     assert timeline["source"] == "categories"
     assert {"parameters", "optimizer_state"} <= set(timeline["bytes"])
     n = len(timeline["times_ms"])
-    assert 0 < n <= profile.MAX_POINTS
+    assert 0 < n <= analysis.MAX_POINTS
     assert all(len(values) == n for values in timeline["bytes"].values())
     assert max(timeline["total"]) == result["peak"]["total_bytes"]
     assert len(timeline["step_ends_ms"]) == result["steps_seen"] == 3
@@ -147,7 +149,7 @@ def test_result_is_json_and_renders(result):
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=200)
-    for item in profile.render(result):
+    for item in present.render(result):
         console.print(item)
     text = console.file.getvalue()
     assert "aten::one_hot" in text
@@ -156,7 +158,7 @@ def test_result_is_json_and_renders(result):
 
 
 def test_draw_writes_a_png(result, tmp_path):
-    paths = profile.draw(result, tmp_path)
+    paths = present.draw(result, tmp_path)
     assert paths == [tmp_path / "profile.png"]
     data = paths[0].read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -188,12 +190,12 @@ def test_without_the_memory_model_tensors_are_named_by_their_lifetime(tmp_path, 
     assert peak["by_category"]["activations"] >= BATCH * VOCAB * 4
     assert sum(peak["by_category"].values()) == peak["total_bytes"]
     assert result["kind"] == "transient-peak"
-    assert profile.draw(result, tmp_path)[0].stat().st_size > 0
+    assert present.draw(result, tmp_path)[0].stat().st_size > 0
 
 
 def test_in_a_failed_step_without_the_memory_model_tensors_are_named_as_in_the_steps_before(tmp_path, monkeypatch):
     # On CUDA the memory model names few forward tensors; a step that failed has no backward to tell by.
-    monkeypatch.setattr(profile, "_model_categories", lambda prof: (lambda fields: None))
+    monkeypatch.setattr(categories, "model_categories", lambda prof: lambda fields: None)
     result = profiled(tmp_path, fail_at=1)
     assert "error" not in result, result.get("error_traceback")
     assert result["memory_model"]["bytes_categorized_by"]["earlier_steps"] >= BATCH * VOCAB * 8
@@ -217,7 +219,9 @@ def test_a_failed_run_is_profiled_up_to_the_failure(tmp_path):
     assert result["kind"] == "transient-peak"
     assert result["failure"]["request_bytes"] == 8 * MIB
     assert result["failure"]["live_bytes"] >= peak["total_bytes"] - 2 * MIB  # the one-hot copies still live
-    assert result["headline"].startswith(f"the run ran out of memory at train_small.py:{ONE_HOT_LINE + 2} asking for 8 MiB more")
+    assert result["headline"].startswith(
+        f"the run ran out of memory at train_small.py:{ONE_HOT_LINE + 2} asking for 8.0 MiB more"
+    )
 
 
 EVAL_SCRIPT = """
@@ -261,11 +265,12 @@ def test_memory_kept_across_forward_passes_is_steady_and_blames_the_list(tmp_pat
     script.write_text(textwrap.dedent(EVAL_SCRIPT).lstrip("\n"), encoding="utf-8")
     assert "losses.append" in script.read_text().splitlines()[APPEND_LINE - 1]
     out = tmp_path / "out"
-    profile.start(torch, out, {"script": str(script)})
+    tool = probe.Probe(torch, out, {"script": str(script)})
+    tool.start()
     try:
         runpy.run_path(str(script), run_name="__main__")
     except torch.cuda.OutOfMemoryError as exc:
-        profile.finish(torch, out, exc, None)
+        tool.finish(exc, None)
     result = json.loads((out / "profile.json").read_text(encoding="utf-8"))
     assert "error" not in result, result.get("error_traceback")
     peak = result["peak"]
@@ -288,13 +293,12 @@ def test_max_steps_stops_profiling(tmp_path):
     assert {row["op"]: row for row in result["top_ops"]}["aten::one_hot"]["calls"] == 1
 
 
-def test_finish_never_raises(tmp_path, monkeypatch):
-    monkeypatch.setattr(profile, "_SESSION", None)
-    profile.finish(torch, tmp_path, None, None)
+def test_finish_never_raises(tmp_path):
+    probe.Probe(torch, tmp_path, {}).finish(None, None)
     result = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))
     assert "start() was not called" in result["error"]
     assert result["tool"] == "profile" and result["culprit_bytes"] == 0 and result["headline"]
-    assert profile.draw(result, tmp_path) == []
+    assert present.draw(result, tmp_path) == []
 
 
 @pytest.mark.gpu
@@ -317,85 +321,87 @@ def test_on_the_gpu_the_peak_and_top_ops_are_device_memory(tmp_path):
     assert by_category.get("temporaries", 0) + by_category.get("inputs", 0) >= BATCH * VOCAB * 8, by_category
     # cuBLAS's workspace for backward's thread, made in backward and never freed, is no gradient.
     assert by_category.get("gradients", 0) < 2 * by_category["parameters"], by_category
-    assert profile.draw(result, tmp_path)[0].stat().st_size > 0
+    assert present.draw(result, tmp_path)[0].stat().st_size > 0
 
 
 # --------------------------------------------------------------------------- pure functions
 
 
 def test_coalesce_applies_simultaneous_events_together():
-    times, levels = profile.coalesce([(5, "activations", 10), (1, "parameters", 4), (5, "activations", -10), (5, "gradients", 3)])
+    times, levels = analysis.coalesce(
+        [(5, "activations", 10), (1, "parameters", 4), (5, "activations", -10), (5, "gradients", 3)]
+    )
     assert times == [1, 5]
     assert levels["parameters"] == [4, 4]
     assert levels["activations"] == [0, 0]  # created and freed at the same instant: no spike
-    assert profile.total_levels(levels) == [4, 7]
+    assert analysis.total_levels(levels) == [4, 7]
 
 
 def test_peak_index_within_the_failed_step():
     times, totals = [1, 2, 3, 4], [1, 9, 2, 5]
-    assert profile.peak_index(times, totals) == 1
-    assert profile.peak_index(times, totals, after=2) == 3
+    assert analysis.peak_index(times, totals) == 1
+    assert analysis.peak_index(times, totals, after=2) == 3
 
 
 def test_level_after_and_classify():
     times, totals = [10, 20, 30, 40], [4, 20, 5, 6]
-    assert profile.level_after(times, totals, [35], 20, failed=False) == 5
-    assert profile.level_after(times, totals, [], 20, failed=False) == 6
-    assert profile.level_after(times, totals, [15], 20, failed=True) is None
-    assert profile.classify(20, after=5) == ("transient-peak", "level at the step end")
-    assert profile.classify(20, after=15)[0] == "steady"
-    assert profile.classify(20, before=4)[0] == "transient-peak"
+    assert analysis.level_after(times, totals, [35], 20, failed=False) == 5
+    assert analysis.level_after(times, totals, [], 20, failed=False) == 6
+    assert analysis.level_after(times, totals, [15], 20, failed=True) is None
+    assert analysis.classify(20, after=5) == ("transient-peak", "level at the step end")
+    assert analysis.classify(20, after=15)[0] == "steady"
+    assert analysis.classify(20, before=4)[0] == "transient-peak"
     first_step = {"parameters": 12, "gradients": 0, "activations": 8}
-    assert profile.classify(20, by_category=first_step, categorized=True)[0] == "steady"
+    assert analysis.classify(20, by_category=first_step, categorized=True)[0] == "steady"
     # The failed step added 16; earlier forward passes of it left 4 live (a quarter): accumulating.
-    assert profile.classify(20, before=4, carried=4)[0] == "steady"
-    assert profile.classify(20, before=4, carried=3)[0] == "transient-peak"
-    assert profile.classify(20)[0] == "steady"
+    assert analysis.classify(20, before=4, carried=4)[0] == "steady"
+    assert analysis.classify(20, before=4, carried=3)[0] == "transient-peak"
+    assert analysis.classify(20)[0] == "steady"
 
 
 def test_carried_bytes_counts_what_finished_forward_passes_left_live():
     forwards = [(10, 20), (30, 40), (50, 60)]
     live = {0: 100, 1: 7, 2: 50, 3: 1000}
     allocated_at = {0: 15, 1: 25, 2: 35, 3: 55}  # in pass 1, between passes, in pass 2, in the current pass
-    assert profile.carried_bytes(forwards, live, allocated_at, None, 58) == 150
-    assert profile.carried_bytes(forwards, live, allocated_at, 28, 58) == 50  # the window starts after pass 1
-    assert profile.carried_bytes(forwards, live, allocated_at, 45, 58) is None  # one pass: nothing to compare
+    assert analysis.carried_bytes(forwards, live, allocated_at, None, 58) == 150
+    assert analysis.carried_bytes(forwards, live, allocated_at, 28, 58) == 50  # the window starts after pass 1
+    assert analysis.carried_bytes(forwards, live, allocated_at, 45, 58) is None  # one pass: nothing to compare
 
 
 def test_covering_call_finds_the_innermost_script_call_running_at_a_time():
     script = {"script": True, "line": 44}
     library = {"script": False, "line": 7}
     calls = [(0, 100, {"script": True, "line": 1}), (10, 50, script), (20, 30, library), (60, 70, {"script": True, "line": 60})]
-    assert profile.covering_call(calls, 25) is script  # the library call is innermost, the script's call is preferred
-    assert profile.covering_call(calls, 40) is script
-    assert profile.covering_call(calls, 55)["line"] == 1
-    assert profile.covering_call(calls, 200) is None
-    assert profile.covering_call([(20, 30, library)], 25) is library
+    assert analysis.covering_call(calls, 25) is script  # the library call is innermost, the script's call is preferred
+    assert analysis.covering_call(calls, 40) is script
+    assert analysis.covering_call(calls, 55)["line"] == 1
+    assert analysis.covering_call(calls, 200) is None
+    assert analysis.covering_call([(20, 30, library)], 25) is library
 
 
 def test_failure_point_is_the_last_allocation_not_the_unwound_level():
     # 10 live, +100 (the last allocation before the OOM), then the exception frees it while unwinding.
     allocs = [(1, 10, 0xA, "cuda:0", 10), (2, 100, 0xB, "cuda:0", 110), (3, -100, 0xB, "cuda:0", 10)]
     times, totals = [1, 2, 3], [10, 110, 10]
-    assert profile.failure_point(allocs, times, totals) == (2, 110)
+    assert analysis.failure_point(allocs, times, totals) == (2, 110)
     no_total = [(t, size, ptr, dev, 0) for t, size, ptr, dev, _ in allocs]
-    assert profile.failure_point(no_total, times, totals) == (2, 110)
-    assert profile.failure_point([], times, totals) == (3, 10)
+    assert analysis.failure_point(no_total, times, totals) == (2, 110)
+    assert analysis.failure_point([], times, totals) == (3, 10)
 
 
-def test_requested_bytes_reads_the_oom_message():
+def test_the_failed_request_is_read_from_the_oom_message():
     message = "CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 139.81 GiB"
-    assert profile.requested_bytes(message) == 512 * MIB
-    assert profile.requested_bytes("Tried to allocate 1.50 GiB") == 3 * GIB // 2
-    assert profile.requested_bytes("something else") is None
+    assert parse_message(message)["request"] == 512 * MIB
+    assert parse_message("Tried to allocate 1.50 GiB")["request"] == 3 * GIB // 2
+    assert parse_message("something else")["request"] is None
 
 
 def test_choose_culprit_prefers_the_peak_line_unless_another_holds_far_more():
     site = {"file": "t.py", "line": 5, "text": "a", "line_bytes": 60}
     rows = [{"file": "t.py", "line": 9, "text": "b", "bytes": 100}, {"file": "t.py", "line": 5, "text": "a", "bytes": 60}]
-    assert profile.choose_culprit(site, rows)["line"] == 5
-    assert profile.choose_culprit({**site, "line_bytes": 40}, rows)["line"] == 9
-    assert profile.choose_culprit({**site, "line": None, "line_bytes": 0}, rows)["line"] == 9
+    assert analysis.choose_culprit(site, rows)["line"] == 5
+    assert analysis.choose_culprit({**site, "line_bytes": 40}, rows)["line"] == 9
+    assert analysis.choose_culprit({**site, "line": None, "line_bytes": 0}, rows)["line"] == 9
 
 
 def test_headline_of_an_oom_that_fits_the_budget_points_at_the_cache():
@@ -414,15 +420,15 @@ def test_headline_of_an_oom_that_fits_the_budget_points_at_the_cache():
             "by_category": {"parameters": 56 * MIB, "unknown": 700 * MIB},
         },
     }
-    text = profile.headline(result)
-    assert text.startswith("the run ran out of memory at train.py:31 asking for 20 MiB more with 792 MiB live")
-    assert "717 MiB" in text and "fragmentation" in text and "unknown" not in text
+    text = analysis.headline(result)
+    assert text.startswith("the run ran out of memory at train.py:31 asking for 20.0 MiB more with 792.0 MiB live")
+    assert "717.0 MiB" in text and "fragmentation" in text and "unknown" not in text
 
 
 def test_live_allocations_match_frees_by_address():
     allocs = [(1, 100, 0xA), (2, 50, 0xB), (3, -100, 0xA), (4, 30, 0xA), (5, -7, 0xC)]
-    assert profile.live_allocations(allocs, 2) == {0: 100, 1: 50}
-    assert profile.live_allocations(allocs, 5) == {1: 50, 3: 30}
+    assert analysis.live_allocations(allocs, 2) == {0: 100, 1: 50}
+    assert analysis.live_allocations(allocs, 5) == {1: 50, 3: 30}
 
 
 def test_downsample_keeps_the_peak_and_the_troughs():
@@ -430,9 +436,9 @@ def test_downsample_keeps_the_peak_and_the_troughs():
     times = list(range(0, n * 1000, 1000))
     totals = [(i % 7) * 10 for i in range(n)]
     totals[6_543] = 1_000
-    levels = {c: [0] * n for c in profile.CATEGORIES}
+    levels = {c: [0] * n for c in analysis.CATEGORIES}
     levels["activations"] = totals
-    small = profile.downsample(times, levels, times[0], 2000)
+    small = analysis.downsample(times, levels, times[0], 2000)
     assert len(small["times_ms"]) <= 2000
     assert max(small["total"]) == 1_000
     assert small["times_ms"][small["total"].index(1_000)] == 6_543 * 1000 / 1e6
@@ -455,12 +461,12 @@ def test_lifetime_category():
         ("forward", 200, None): None,  # no backward after it, still live at the end: its fate is unknown
     }
     for (phase, t, freed), expected in cases.items():
-        assert profile.lifetime_category(phase, t, freed, backward, step_end, t_end=300) == expected, (phase, t, freed)
+        assert analysis.lifetime_category(phase, t, freed, backward, step_end, t_end=300) == expected, (phase, t, freed)
 
 
 def test_free_times_pair_frees_with_allocations_by_address():
     allocs = [(1, 10, 0xA), (2, 5, 0xB), (3, -10, 0xA), (4, 7, 0xA), (5, -3, 0xC)]
-    assert profile.free_times(allocs) == {0: 3}
+    assert analysis.free_times(allocs) == {0: 3}
 
 
 def test_peak_window_enlarges_a_short_step_only():
@@ -469,7 +475,7 @@ def test_peak_window_enlarges_a_short_step_only():
         "peak": {"time_ms": 315.0},
         "failure": {"time_ms": 320.0},
     }
-    start, end = profile.peak_window(result)
+    start, end = present.peak_window(result)
     assert start < 300.0 < 320.0 < end < 330.0
     result["timeline"]["step_ends_ms"] = [10.0]
-    assert profile.peak_window(result) is None  # the step is most of the run
+    assert present.peak_window(result) is None  # the step is most of the run

@@ -10,6 +10,7 @@ harness outermost.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from oomlab.errors import OomLabError
-from oomlab.tools import snapshot as tool
-from oomlab.measure.harness import CHILD  # noqa: E402
+from oomlab.measure.harness import CHILD
+from oomlab.oom import parse_message
+from oomlab.tools.snapshot import analysis, present, probe
 from oomlab.units import MIB
 
 TORCH_LIB = "/opt/torch/.venv/lib/python3.12/site-packages/torch"
@@ -63,13 +65,15 @@ def frames(script: Path, line: int, inner: list[tuple[str, int, str]] = ()) -> l
     return stack
 
 
-LINEAR = [("nn/modules/linear.py", 134, "forward"), ("nn/modules/module.py", 1790, "_call_impl"),
-          ("nn/modules/container.py", 253, "forward")]
+LINEAR = [
+    ("nn/modules/linear.py", 134, "forward"),
+    ("nn/modules/module.py", 1790, "_call_impl"),
+    ("nn/modules/container.py", 253, "forward"),
+]
 
 
 def block(size, state="active_allocated", stack=None, requested=None):
-    return {"size": size, "requested_size": size if requested is None else requested, "state": state,
-            "frames": stack or []}
+    return {"size": size, "requested_size": size if requested is None else requested, "state": state, "frames": stack or []}
 
 
 class Builder:
@@ -83,8 +87,15 @@ class Builder:
 
     def event(self, action, size, addr=0, stack=None, **extra):
         self.clock += 7
-        entry = {"action": action, "size": size, "stream": 0, "time_us": self.clock, "compile_context": "N/A",
-                 "user_metadata": "", "frames": stack or []}
+        entry = {
+            "action": action,
+            "size": size,
+            "stream": 0,
+            "time_us": self.clock,
+            "compile_context": "N/A",
+            "user_metadata": "",
+            "frames": stack or [],
+        }
         entry["device_free" if action == "oom" else "addr"] = extra.get("device_free", addr)
         self.trace.append(entry)
 
@@ -103,11 +114,22 @@ class Builder:
             offset += b["size"]
         live = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
         active = sum(b["size"] for b in blocks if b["state"] != "inactive")
-        self.segments.append({
-            "device": 0, "address": address, "total_size": total, "allocated_size": live, "active_size": active,
-            "requested_size": sum(b["requested_size"] for b in blocks if b["state"] != "inactive"), "stream": 0,
-            "segment_type": pool, "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks,
-        })
+        self.segments.append(
+            {
+                "device": 0,
+                "address": address,
+                "total_size": total,
+                "allocated_size": live,
+                "active_size": active,
+                "requested_size": sum(b["requested_size"] for b in blocks if b["state"] != "inactive"),
+                "stream": 0,
+                "segment_type": pool,
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": [],
+                "blocks": blocks,
+            }
+        )
 
     def transient(self, size, times=1):
         """Alloc and free pairs that leave nothing behind (activations)."""
@@ -117,8 +139,7 @@ class Builder:
             self.event("free_completed", size, 0x1000)
 
     def snapshot(self) -> dict:
-        return {"segments": self.segments, "device_traces": [self.trace], "allocator_settings": {},
-                "external_annotations": []}
+        return {"segments": self.segments, "device_traces": [self.trace], "allocator_settings": {}, "external_annotations": []}
 
 
 def fragmented(script: Path, pinned=36) -> dict:
@@ -161,7 +182,7 @@ def live_heavy(script: Path) -> dict:
 
 
 def test_fragmented_totals_and_verdict(train_py):
-    r = tool.analyze(fragmented(train_py), script=str(train_py))
+    r = analysis.analyze(fragmented(train_py), script=str(train_py))
     t = r["totals"]
     assert t["reserved"] == 16 * MIB + 40 * MIB + 2 * MIB + 36 * 32 * MIB + 32 * MIB
     assert t["allocated"] == 16 * MIB + 40 * MIB + 8 * 16 * 1024 + 36 * 20 * MIB + 32 * MIB
@@ -183,7 +204,7 @@ def test_fragmented_totals_and_verdict(train_py):
 
 
 def test_pinned_groups_name_the_script_line_not_torch(train_py):
-    r = tool.analyze(fragmented(train_py), script=str(train_py))
+    r = analysis.analyze(fragmented(train_py), script=str(train_py))
     top = r["pinned_groups"][0]
     assert (top["count"], top["segment_size"], top["pinner_size"], top["free_bytes"]) == (36, 32 * MIB, 20 * MIB, 432 * MIB)
     assert top["site"]["file"] == str(train_py) and top["site"]["function"] == "<module>"
@@ -204,18 +225,18 @@ def test_pinned_groups_name_the_script_line_not_torch(train_py):
 
 def test_site_without_script_skips_torch_runpy_and_harness(train_py):
     stack = frames(train_py, FEATURE_LINE, LINEAR)
-    assert tool.allocation_site(stack)["label"] == f"train.py:{FEATURE_LINE}"
+    assert analysis.allocation_site(stack)["label"] == f"train.py:{FEATURE_LINE}"
     only_library = [f for f in stack if f["filename"] != str(train_py)]
-    assert tool.allocation_site(only_library)["label"] == "inside torch or a library"
-    assert tool.allocation_site([])["label"].startswith("no Python stack")
+    assert analysis.allocation_site(only_library)["label"] == "inside torch or a library"
+    assert analysis.allocation_site([])["label"].startswith("no Python stack")
     # with a script named, a frame in another user file deeper in the stack loses to the script's frame
     helper = [{"name": "encode", "filename": "/home/me/helpers.py", "line": 3}] + stack
-    assert tool.allocation_site(helper)["label"] == "helpers.py:3"
-    assert tool.allocation_site(helper, script=str(train_py))["label"] == f"train.py:{FEATURE_LINE}"
+    assert analysis.allocation_site(helper)["label"] == "helpers.py:3"
+    assert analysis.allocation_site(helper, script=str(train_py))["label"] == f"train.py:{FEATURE_LINE}"
 
 
 def test_owners_group_live_bytes_by_site(train_py):
-    r = tool.analyze(fragmented(train_py), script=str(train_py))
+    r = analysis.analyze(fragmented(train_py), script=str(train_py))
     owners = [(o["site"], o["bytes"], o["blocks"]) for o in r["owners"]]
     assert owners[0] == (f"train.py:{FEATURE_LINE}", 36 * 20 * MIB + 32 * MIB, 37)
     assert owners[1] == (f"train.py:{ENCODER_LINE}", 56 * MIB, 2)
@@ -223,7 +244,7 @@ def test_owners_group_live_bytes_by_site(train_py):
 
 
 def test_healthy_snapshot_is_none(train_py):
-    r = tool.analyze(healthy(train_py), script=str(train_py))
+    r = analysis.analyze(healthy(train_py), script=str(train_py))
     assert r["kind"] == "none" and r["culprit_bytes"] == 0
     t = r["totals"]
     assert t["releasable"] == 20 * MIB
@@ -236,7 +257,7 @@ def test_healthy_snapshot_is_none(train_py):
 
 
 def test_live_memory_oom_names_the_biggest_owner(train_py):
-    r = tool.analyze(live_heavy(train_py), script=str(train_py))
+    r = analysis.analyze(live_heavy(train_py), script=str(train_py))
     assert r["kind"] == "live-memory"
     assert r["culprit_bytes"] == 1000 * MIB
     assert r["headline"] == (
@@ -252,27 +273,29 @@ def test_stranded_memory_is_fragmentation_even_when_the_request_exceeds_all_free
     for _ in range(8):
         b.segment([block(32 * MIB, stack=frames(train_py, X_LINE)), block(32 * MIB, "inactive")])
     snap = b.snapshot()
-    r = tool.analyze(snap, failed_request=600 * MIB, script=str(train_py))
+    r = analysis.analyze(snap, failed_request=600 * MIB, script=str(train_py))
     assert r["oom"]["source"] == "argument" and not r["oom"]["free_would_cover"]
     assert r["kind"] == "fragmentation"
     assert r["headline"].startswith("OOM asking for 600.0 MiB while 256.0 MiB of reserved memory sat free but stranded")
     # the same memory without an OOM, under a budget it barely uses, is not worth a verdict
-    assert tool.analyze(snap, budget_bytes=8 << 30)["kind"] == "none"
-    assert tool.analyze(snap)["kind"] == "fragmentation"
+    assert analysis.analyze(snap, budget_bytes=8 << 30)["kind"] == "none"
+    assert analysis.analyze(snap)["kind"] == "fragmentation"
 
 
 def test_request_sizes_from_the_oom_message():
-    msg = ("CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
-           "138.01 GiB is free. 1.12 GiB allowed; Of the allocated memory 780.31 MiB is allocated by PyTorch")
-    parsed = tool.parse_oom_message(msg)
+    msg = (
+        "CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
+        "138.01 GiB is free. 1.12 GiB allowed; Of the allocated memory 780.31 MiB is allocated by PyTorch"
+    )
+    parsed = parse_message(msg)
     assert parsed["request"] == 32 * MIB
     assert parsed["allowed"] == round(1.12 * (1 << 30))
-    assert tool.parse_oom_message("Tried to allocate 512.00 KiB.")["request"] == 512 * 1024
-    assert tool.parse_oom_message("something else") == {"request": None, "allowed": None}
+    assert parse_message("Tried to allocate 512.00 KiB.")["request"] == 512 * 1024
+    assert parse_message("something else") == {"request": None, "allowed": None}
 
 
 def test_explicit_request_wins_over_the_trace(train_py):
-    r = tool.analyze(fragmented(train_py), failed_request=8 * MIB)
+    r = analysis.analyze(fragmented(train_py), failed_request=8 * MIB)
     assert r["oom"]["failed_request"] == 8 * MIB and r["oom"]["source"] == "argument"
     assert r["oom"]["fits_in_a_free_block"]  # 8 MiB fits in a 12 MiB hole
     assert any("free block large enough for the failed request" in n for n in r["notes"])
@@ -283,22 +306,22 @@ def test_explicit_request_wins_over_the_trace(train_py):
 
 def test_timeline_is_anchored_on_the_end_state(train_py):
     snap = fragmented(train_py)
-    r = tool.analyze(snap, max_entries=200_000)
+    r = analysis.analyze(snap, max_entries=200_000)
     tl = r["timeline"]
     assert tl["events"] == len(snap["device_traces"][0])
     assert tl["allocated"][0] == 0 and tl["reserved"][0] == 0 and not tl["starts_mid_run"]
     assert tl["allocated"][-1] == r["totals"]["requested"] and tl["reserved"][-1] == r["totals"]["reserved"]
     assert tl["oom_indices"] == [tl["events"]]
     # the transient 32 MiB activations come and go on top of the cached features
-    assert any(later < earlier for earlier, later in zip(tl["allocated"], tl["allocated"][1:]))
+    assert any(later < earlier for earlier, later in zip(tl["allocated"], tl["allocated"][1:], strict=False))
     assert len(tl["time_us"]) == len(tl["index"])
 
 
 def test_truncated_history_is_reconstructed_and_flagged(train_py):
     snap = fragmented(train_py)
-    full = tool.analyze(snap)["timeline"]
+    full = analysis.analyze(snap)["timeline"]
     snap["device_traces"][0] = snap["device_traces"][0][-50:]  # what a small ring buffer keeps
-    r = tool.analyze(snap, max_entries=50)
+    r = analysis.analyze(snap, max_entries=50)
     tl = r["timeline"]
     assert tl["starts_mid_run"] and "starts mid-run" in tl["note"] and tl["note"] in r["notes"]
     assert tl["allocated"][-1] == full["allocated"][-1] and tl["reserved"][-1] == full["reserved"][-1]
@@ -312,9 +335,9 @@ def test_long_history_is_downsampled_without_losing_the_peak(train_py):
     b.event("alloc", 500 * MIB, 0x2000)  # one spike in the middle of the noise
     b.event("free_requested", 500 * MIB, 0x2000)
     b.transient(1 * MIB, times=3000)
-    tl = tool.analyze(b.snapshot())["timeline"]
+    tl = analysis.analyze(b.snapshot())["timeline"]
     assert tl["events"] > 18_000
-    assert len(tl["index"]) <= tool.MAX_TIMELINE_POINTS
+    assert len(tl["index"]) <= analysis.MAX_TIMELINE_POINTS
     assert tl["peak_allocated"] == max(tl["allocated"]) == 564 * MIB
     assert tl["index"] == sorted(tl["index"])
 
@@ -328,17 +351,29 @@ def dump(path: Path, obj, protocol=4) -> Path:
 
 
 def test_load_snapshot_round_trip(tmp_path, train_py):
-    path = tool.write_snapshot_pickle(fragmented(train_py), tmp_path / "snapshot.pickle")
-    snap = tool.load_snapshot(path)
-    assert tool.analyze(snap, script=str(train_py))["kind"] == "fragmentation"
+    path = probe.write_snapshot_pickle(fragmented(train_py), tmp_path / "snapshot.pickle")
+    snap = analysis.load_snapshot(path)
+    assert analysis.analyze(snap, script=str(train_py))["kind"] == "fragmentation"
 
 
 def test_load_snapshot_fills_in_older_formats(tmp_path):
-    old = {"segments": [{"address": 0, "total_size": 2 * MIB, "blocks": [
-        {"size": 1 * MIB, "state": "active_allocated",
-         "history": [{"real_size": 1000, "frames": [{"filename": "/u/t.py", "line": 3, "name": "<module>"}]}]},
-        {"size": 1 * MIB, "state": "inactive"}]}]}
-    snap = tool.load_snapshot(dump(tmp_path / "old.pickle", old))
+    old = {
+        "segments": [
+            {
+                "address": 0,
+                "total_size": 2 * MIB,
+                "blocks": [
+                    {
+                        "size": 1 * MIB,
+                        "state": "active_allocated",
+                        "history": [{"real_size": 1000, "frames": [{"filename": "/u/t.py", "line": 3, "name": "<module>"}]}],
+                    },
+                    {"size": 1 * MIB, "state": "inactive"},
+                ],
+            }
+        ]
+    }
+    snap = analysis.load_snapshot(dump(tmp_path / "old.pickle", old))
     seg = snap["segments"][0]
     assert seg["segment_type"] == "small" and seg["stream"] == 0 and snap["device_traces"] == []
     assert seg["blocks"][0]["frames"][0]["line"] == 3 and seg["blocks"][0]["requested_size"] == MIB
@@ -346,7 +381,7 @@ def test_load_snapshot_fills_in_older_formats(tmp_path):
 
 def error_from(path) -> str:
     with pytest.raises(OomLabError) as info:
-        tool.load_snapshot(path)
+        analysis.load_snapshot(path)
     assert info.value.todo, "every error says what to do"
     return str(info.value)
 
@@ -416,12 +451,13 @@ def fake_torch(snap: dict, calls: list, available=True, snapshot_error=None):
 def test_probe_writes_protocol_4_pickle_and_json(tmp_path, train_py):
     calls: list = []
     torch = fake_torch(fragmented(train_py), calls)
-    tool.start(torch, tmp_path, {"max_entries": 5000, "budget_bytes": 1_207_959_552})
+    tool = probe.Probe(torch, tmp_path, {"max_entries": 5000, "budget_bytes": 1_207_959_552})
+    tool.start()
     assert calls == [{"enabled": "all", "context": "all", "stacks": "python", "max_entries": 5000}]
     try:
         raise FakeOutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 MiB. 1.12 GiB allowed;")
     except FakeOutOfMemoryError as exc:
-        tool.finish(torch, tmp_path, exc, None)
+        tool.finish(exc, None)
     assert calls[-1]["enabled"] is None, "recording is stopped"
     raw = (tmp_path / "snapshot.pickle").read_bytes()
     assert raw[:2] == b"\x80\x04"
@@ -441,12 +477,13 @@ def test_probe_falls_back_to_the_message_and_script_globals(tmp_path, train_py):
     snap["device_traces"][0] = [e for e in snap["device_traces"][0] if e["action"] != "oom"]
     calls: list = []
     torch = fake_torch(snap, calls)
-    tool.start(torch, tmp_path, {})
-    assert calls[0]["max_entries"] == tool.DEFAULT_MAX_ENTRIES
+    tool = probe.Probe(torch, tmp_path, {})
+    tool.start()
+    assert calls[0]["max_entries"] == probe.DEFAULT_MAX_ENTRIES
     try:
         raise FakeOutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 ... 1.12 GiB allowed;")
     except FakeOutOfMemoryError as exc:
-        tool.finish(torch, tmp_path, exc, {"__file__": str(train_py)})
+        tool.finish(exc, {"__file__": str(train_py)})
     result = json.loads((tmp_path / "snapshot.json").read_text())
     assert result["oom"]["failed_request"] == 32 * MIB and result["oom"]["source"] == "message"
     assert result["budget_source"] == "message" and result["budget_bytes"] == round(1.12 * (1 << 30))
@@ -456,8 +493,9 @@ def test_probe_falls_back_to_the_message_and_script_globals(tmp_path, train_py):
 def test_probe_never_raises(tmp_path, train_py):
     calls: list = []
     torch = fake_torch(fragmented(train_py), calls, snapshot_error=RuntimeError("driver gone"))
-    tool.start(torch, tmp_path, {})
-    tool.finish(torch, tmp_path, None, {})
+    tool = probe.Probe(torch, tmp_path, {})
+    tool.start()
+    tool.finish(None, {})
     result = json.loads((tmp_path / "snapshot.json").read_text())
     assert result["kind"] == "error" and "driver gone" in result["error"] and result["culprit_bytes"] == 0
     assert calls[-1]["enabled"] is None, "recording is stopped even when the snapshot fails"
@@ -467,17 +505,74 @@ def test_probe_on_cpu_torch_reports_no_cuda(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this test is about a machine without CUDA")
-    tool.start(torch, tmp_path, {})
-    tool.finish(torch, tmp_path, None, {})
+    tool = probe.Probe(torch, tmp_path, {})
+    tool.start()
+    tool.finish(None, {})
     result = json.loads((tmp_path / "snapshot.json").read_text())
     assert result["kind"] == "error" and "no CUDA device" in result["headline"]
-    assert tool.render(result) and tool.draw(result, tmp_path / "pictures") == []
+    assert present.render(result) and present.draw(result, tmp_path / "pictures") == []
+
+
+def filenames(obj) -> list[str]:
+    """Every frame's file name in a snapshot (or part of one), in order."""
+    if isinstance(obj, dict):
+        own = [obj["filename"]] if "filename" in obj else []
+        return own + [name for value in obj.values() for name in filenames(value)]
+    if isinstance(obj, list):
+        return [name for value in obj for name in filenames(value)]
+    return []
+
+
+def test_shared_pickle_names_no_path_of_this_machine(tmp_path):
+    root = tmp_path / "course"
+    variant = root / ".oomlab" / "variants" / "feature-cache" / "train.py"  # run in place of the exercise's file
+    helper = root / "exercises" / "feature-cache" / "data.py"
+    stack = [
+        {"name": "forward", "filename": f"{TORCH_LIB}/nn/modules/linear.py", "line": 134},
+        {"name": "load", "filename": str(helper), "line": 7},
+        {"name": "<module>", "filename": str(variant), "line": FEATURE_LINE},
+        {"name": "main", "filename": "/home/me/launch.py", "line": 3},
+        {"name": "_run_code", "filename": "<frozen runpy>", "line": 88},
+        {"name": "run", "filename": str(CHILD), "line": 98},
+    ]
+    shown = [
+        "site-packages/torch/nn/modules/linear.py",
+        "exercises/feature-cache/data.py",
+        "exercises/feature-cache/train.py",
+        "launch.py",
+        "<frozen runpy>",
+        "oomlab/measure/child.py",
+    ]
+    b = Builder()
+    b.segment([block(20 * MIB, stack=stack), block(12 * MIB, "inactive")])
+    b.event("oom", 32 * MIB, device_free=0, stack=stack)
+    snap = b.snapshot()
+    snap["segments"][0]["frames"] = stack  # where the segment itself was allocated
+    labels = {str(variant): "exercises/feature-cache/train.py"}
+
+    path = probe.write_snapshot_pickle(snap, tmp_path / "snapshot.pickle", str(root), labels)
+    shared = analysis.load_snapshot(path)
+    names = filenames(shared)
+    assert names and not [n for n in names if os.path.isabs(n)]
+    assert filenames(shared["segments"]) == shown * 2  # the segment's frames, then its live block's
+    assert filenames(shared["device_traces"]) == shown * 2  # the alloc entry's, then the oom entry's
+    # the run's own snapshot keeps its absolute paths: the analysis reads source lines through them
+    assert filenames(snap["segments"])[:3] == [f"{TORCH_LIB}/nn/modules/linear.py", str(helper), str(variant)]
+
+    # the probe names files with the root and labels it is given
+    torch = fake_torch(snap, [])
+    tool = probe.Probe(torch, tmp_path / "run", {"root": str(root), "labels": labels})
+    tool.start()
+    tool.finish(None, {})
+    dumped = pickle.loads((tmp_path / "run" / "snapshot.pickle").read_bytes())
+    assert filenames(dumped["device_traces"]) == shown * 2
 
 
 def test_torch_memory_viz_reads_our_pickle(tmp_path, train_py):
-    path = tool.write_snapshot_pickle(fragmented(train_py), tmp_path / "snapshot.pickle")
-    done = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(path)],
-                          capture_output=True, text=True, timeout=120)
+    path = probe.write_snapshot_pickle(fragmented(train_py), tmp_path / "snapshot.pickle")
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "segments: 40" in done.stdout
     assert "total_reserved: 1.2GiB" in done.stdout
@@ -489,19 +584,27 @@ def test_torch_memory_viz_reads_our_pickle(tmp_path, train_py):
 def test_render_shows_figures_groups_and_owners(train_py):
     from rich.console import Console
 
-    r = tool.analyze(fragmented(train_py), script=str(train_py))
+    r = analysis.analyze(fragmented(train_py), script=str(train_py))
     console = Console(record=True, width=200)
-    for item in tool.render(r):
+    for item in present.render(r):
         console.print(item)
     text = console.export_text()
-    for expected in ("non-releasable", "432.0 MiB", "largest free block", "12.0 MiB", "no free block could hold it",
-                     f"train.py:{FEATURE_LINE} (features.append(encoder(x)))", "752.0", "failed at"):
+    for expected in (
+        "non-releasable",
+        "432.0 MiB",
+        "largest free block",
+        "12.0 MiB",
+        "no free block could hold it",
+        f"train.py:{FEATURE_LINE} (features.append(encoder(x)))",
+        "752.0",
+        "failed at",
+    ):
         assert expected in text, expected
 
 
 def test_draw_writes_pictures(tmp_path, train_py):
-    r = tool.analyze(fragmented(train_py, pinned=80), script=str(train_py), budget_bytes=1_207_959_552)
-    paths = tool.draw(r, tmp_path)
+    r = analysis.analyze(fragmented(train_py, pinned=80), script=str(train_py), budget_bytes=1_207_959_552)
+    paths = present.draw(r, tmp_path)
     assert [p.name for p in paths] == ["segments.png", "timeline.png"]
     for p in paths:
         data = p.read_bytes()
@@ -511,9 +614,9 @@ def test_draw_writes_pictures(tmp_path, train_py):
 
 
 def test_draw_an_empty_snapshot(tmp_path):
-    r = tool.analyze({"segments": [], "device_traces": []})
+    r = analysis.analyze({"segments": [], "device_traces": []})
     assert r["kind"] == "none"
-    assert all(p.stat().st_size > 0 for p in tool.draw(r, tmp_path))
+    assert all(p.stat().st_size > 0 for p in present.draw(r, tmp_path))
 
 
 # --------------------------------------------------------------------------- on a GPU
@@ -532,17 +635,18 @@ GPU_SCRIPT = textwrap.dedent(
 GPU_DRIVER = textwrap.dedent(
     """\
     import pathlib, runpy, sys, torch
-    from oomlab.tools import snapshot
+    from oomlab.tools.snapshot.probe import Probe
     script, out = sys.argv[1], pathlib.Path(sys.argv[2])
     budget = 1 << 30
     torch.cuda.set_per_process_memory_fraction(budget / torch.cuda.get_device_properties(0).total_memory)
-    snapshot.start(torch, out, {"budget_bytes": budget, "script": script})
+    probe = Probe(torch, out, {"budget_bytes": budget, "script": script})
+    probe.start()
     try:
         runpy.run_path(script, run_name="__main__")
     except BaseException as exc:
-        snapshot.finish(torch, out, exc, None)
+        probe.finish(exc, None)
     else:
-        snapshot.finish(torch, out, None, {})
+        probe.finish(None, {})
     """
 )
 
@@ -554,9 +658,14 @@ def test_probe_on_a_real_oom(tmp_path):
     driver = tmp_path / "driver.py"
     driver.write_text(GPU_DRIVER)
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, str(driver), str(script), str(tmp_path / "out")], cwd=repo,
-                          env={**__import__("os").environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(driver), str(script), str(tmp_path / "out")],
+        cwd=repo,
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "out" / "snapshot.json").read_text())
     assert (tmp_path / "out" / "snapshot.pickle").read_bytes()[:2] == b"\x80\x04"

@@ -14,7 +14,9 @@ import pytest
 
 from oomlab.errors import OomLabError
 from oomlab.measure.harness import measure
-from oomlab.tools.run import parse_size, resolve, summarize
+from oomlab.steps import fix_first as summarize
+from oomlab.tools.run import resolve
+from oomlab.units import parse_size
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,9 +46,25 @@ def test_sizes(text, expected):
     assert parse_size(text) == expected
 
 
-def test_a_size_that_is_not_one():
-    with pytest.raises(OomLabError, match="not a memory size"):
-        parse_size("lots")
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("lots", "not a memory size"),
+        ("2 parsecs", "unknown unit"),
+        ("1.5", "not a whole number of bytes"),
+        ("0GiB", "less than one byte"),
+        ("", "not a memory size"),
+        ("9" * 5000, "far larger than any GPU"),
+    ],
+)
+def test_a_size_that_is_not_one_says_why(text, why):
+    with pytest.raises(ValueError, match=why):
+        parse_size(text)
+
+
+def test_a_bad_budget_option_is_a_clear_error():
+    with pytest.raises(OomLabError, match="--budget: '1.5' is not a whole number of bytes"):
+        resolve([__file__], budget="1.5")
 
 
 def test_targets(tmp_path, monkeypatch):
@@ -69,7 +87,10 @@ def hunt_run(tmp_path, ending: str) -> tuple:
     script.write_text(textwrap.dedent(LEAK).replace("{ending}", ending))
     out = tmp_path / "out"
     m = measure(
-        script, budget_bytes=None, require_cuda=False, time_limit_s=120,
+        script,
+        budget_bytes=None,
+        require_cuda=False,
+        time_limit_s=120,
         tool={"name": "hunt", "out_dir": str(out), "options": {"script": str(script), "device": "cpu"}},
     )
     return m, json.loads((out / "hunt.json").read_text())
@@ -92,8 +113,13 @@ def test_a_probe_sees_the_globals_of_a_finished_run(tmp_path):
 def test_a_probe_that_cannot_start_leaves_the_run_alone(tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("print('ran')\n")
-    m = measure(script, budget_bytes=None, require_cuda=False, time_limit_s=60,
-                tool={"name": "no_such_tool", "out_dir": str(tmp_path), "options": {}})
+    m = measure(
+        script,
+        budget_bytes=None,
+        require_cuda=False,
+        time_limit_s=60,
+        tool={"name": "no_such_tool", "out_dir": str(tmp_path), "options": {}},
+    )
     assert m.status == "ok" and "ran" in m.stdout
     assert "no_such_tool could not start" in m.tool_error
 
@@ -103,7 +129,9 @@ def finding(kind: str, headline: str = "") -> dict:
 
 
 def test_diagnose_fixes_fragmentation_before_a_leak_before_a_peak():
-    verdict = summarize({"snapshot": finding("fragmentation"), "hunt": finding("graph-leak"), "profile": finding("transient-peak")})
+    verdict = summarize(
+        {"snapshot": finding("fragmentation"), "hunt": finding("graph-leak"), "profile": finding("transient-peak")}
+    )
     assert verdict["fix_first"] == "fragmentation" and verdict["found_by"] == "snapshot"
     verdict = summarize({"snapshot": finding("live-memory"), "hunt": finding("graph-leak"), "profile": finding("transient-peak")})
     assert verdict["fix_first"] == "graph-leak" and "no_grad" in verdict["advice"]
@@ -144,12 +172,14 @@ def test_tools_bad_input_gets_one_message(tmp_path):
 
 def fake_run(monkeypatch, tmp_path, **measured):
     """run_tool with the measuring process replaced: what the probe wrote and how the run ended are given."""
-    from oomlab.tools import run as workflow
     from oomlab.measure.harness import Measurement
+    from oomlab.tools import run as workflow
 
     def fake_measure(script, tool, **kwargs):
         out = Path(tool["out_dir"])
-        (out / f"{tool['name']}.json").write_text(json.dumps({"tool": tool["name"], "kind": "none", "headline": "", "culprit_bytes": 0}))
+        (out / f"{tool['name']}.json").write_text(
+            json.dumps({"tool": tool["name"], "kind": "none", "headline": "", "culprit_bytes": 0})
+        )
         return Measurement(script=str(script), **measured)
 
     monkeypatch.setattr(workflow, "measure", fake_measure)

@@ -9,10 +9,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from oomlab.grading.checks import mib
+from oomlab.course.manifest import Exercise
 from oomlab.grading.verdict import Report
 from oomlab.measure.harness import Measurement
-from oomlab.course.manifest import Exercise
+from oomlab.oom import first_line
+from oomlab.units import format_bytes
 
 FIGURES = (
     ("peak_allocated", "peak allocated", "the most memory live tensors held at once"),
@@ -38,9 +39,9 @@ def figures_table(m: Measurement) -> Table:
     stats = m.stats or {}
     for key, label, meaning in FIGURES:
         value = stats.get(key)
-        shown = str(value) if key in ("retries", "ooms") else mib(value)
+        shown = str(value) if key in ("retries", "ooms") else format_bytes(value)
         table.add_row(label, shown, meaning)
-    budget = mib(m.budget_bytes) if m.budget_bytes else "none"
+    budget = format_bytes(m.budget_bytes) if m.budget_bytes else "none"
     table.add_row("budget", budget, "the cap the run had (set_per_process_memory_fraction)")
     return table
 
@@ -56,7 +57,7 @@ def workload_line(m: Measurement) -> str:
 
 
 def oom_panel(m: Measurement, root: Path) -> Panel:
-    first = (m.message.splitlines() or ["CUDA out of memory"])[0]
+    first = first_line(m.message, None) or "CUDA out of memory"
     body = Text()
     if m.where:
         body.append(f"{relpath(m.script, root)}:{m.line_no}\n", style="bold")
@@ -102,19 +103,6 @@ def script_failure(m: Measurement, ex: Exercise) -> Panel:
     tail = "\n".join(m.stderr.splitlines()[-6:]) if m.status in ("error", "crashed") and not m.line_no else ""
     parts = [text] + ([Text("\nLast lines on stderr:\n" + tail, style="dim")] if tail else [])
     return Panel(Group(*parts), title=title, border_style="red", title_align="left")
-
-
-def script_failure_text(m: Measurement) -> str:
-    """How a run ended, in one line, for messages that have no room for a panel."""
-    where = f" at {m.where}" if m.where else ""
-    first = (m.message.splitlines() or [""])[0][:300]
-    return {
-        "missing": "the file does not exist",
-        "syntax": f"syntax error{where}: {first}",
-        "timeout": first,
-        "crashed": first,
-        "error": f"{m.error_type or 'an error'}{where}: {first}",
-    }.get(m.status, f"{m.status}{where}: {first}")
 
 
 def notes(m: Measurement, ex: Exercise) -> list[str]:

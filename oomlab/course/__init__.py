@@ -1,4 +1,11 @@
-"""Finding the course folder and its exercises."""
+"""The course: a folder of exercises, each one folder with its script and ``exercise.toml``.
+
+- :mod:`~oomlab.course.manifest` reads and validates one ``exercise.toml``;
+- :mod:`~oomlab.course.shipped` finds the course shipped with the package, and ``init``;
+- :mod:`~oomlab.course.originals` keeps each exercise as shipped, and ``reset``;
+- :mod:`~oomlab.course.progress` records which exercises passed;
+- :mod:`~oomlab.course.state` names every file oomlab writes under ``.oomlab/``.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +13,59 @@ import difflib
 import os
 from pathlib import Path
 
-from oomlab.errors import OomLabError
 from oomlab.course.manifest import Exercise, load_exercise
+from oomlab.course.shipped import shipped_root
+from oomlab.course.state import StateDir
+from oomlab.errors import OomLabError
+
+__all__ = ["Course", "find_root", "is_course"]
+
+ROOT_VARIABLE = "OOMLAB_ROOT"
+
+
+def is_course(folder: Path) -> bool:
+    """A course folder holds ``exercises/`` with at least one ``exercise.toml``."""
+    return (folder / "exercises").is_dir() and any((folder / "exercises").glob("*/exercise.toml"))
 
 
 def find_root(start: Path | None = None) -> Path:
-    """The course folder: $OOMLAB_ROOT, else the nearest folder upwards holding ``exercises/``."""
-    if env := os.environ.get("OOMLAB_ROOT"):
+    """The course folder: ``$OOMLAB_ROOT``, else the nearest folder at or above ``start`` (the current one) that is a course."""
+    if env := os.environ.get(ROOT_VARIABLE):
         root = Path(env).expanduser().resolve()
-        if not (root / "exercises").is_dir():
-            raise OomLabError(f"OOMLAB_ROOT={env} has no exercises/ folder.", "Point it at the course folder.")
+        if not is_course(root):
+            raise OomLabError(
+                f"{ROOT_VARIABLE}={env} is not an OOM Lab course folder (no exercises/*/exercise.toml).",
+                "Point it at a course folder, or unset it. `oomlab init DIR` makes one.",
+            )
         return root
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "exercises").is_dir() and (folder / "solutions").is_dir():
+        if is_course(folder):
             return folder
     raise OomLabError(
         f"No OOM Lab course folder at or above {here}.",
-        "Run oomlab from inside the course folder (the one with exercises/ and solutions/).",
+        "Run oomlab inside a course folder, or make one: oomlab init my-course",
     )
 
 
 class Course:
-    """The exercises of one course folder, in teaching order."""
+    """The exercises of one course folder, in teaching order.
+
+    A folder made by ``oomlab init`` has no ``solutions/``: its exercises are
+    graded against the reference fixes shipped in the package.
+    """
 
     def __init__(self, root: Path | None = None):
-        self.root = root or find_root()
-        folders = sorted(p for p in (self.root / "exercises").iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-        self.exercises: list[Exercise] = sorted(
-            (load_exercise(p / "exercise.toml", self.root) for p in folders), key=lambda e: (e.order, e.id)
-        )
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / ".oomlab"
+        self.root = Path(root or find_root()).resolve()
+        self.state = StateDir(self.root)
+        solutions = self.root / "solutions"
+        if not solutions.is_dir() and (shipped := shipped_root()) is not None:
+            solutions = shipped / "solutions"
+        exercises = []
+        for folder in sorted((self.root / "exercises").iterdir()):
+            if folder.is_dir() and not folder.name.startswith((".", "_")):
+                exercises.append(load_exercise(folder / "exercise.toml", self.root, solutions))
+        self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (e.order, e.id))
 
     def get(self, key: str) -> Exercise:
         """An exercise by id, or by its number in ``oomlab list``."""

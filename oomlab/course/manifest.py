@@ -17,9 +17,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from oomlab.errors import OomLabError
+from oomlab.steps import STEPS
 from oomlab.units import MIB
 
-STEPS = ("snapshot", "hunt", "profile")
+STEP_NAMES = tuple(s.name for s in STEPS)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,6 @@ class WrongFix:
 class Exercise:
     id: str
     title: str
-    module: str
     order: int
     step: str
     file: str
@@ -67,20 +67,14 @@ class Exercise:
     hints: tuple[str, ...]
     checks: dict[str, dict] = field(hash=False)
     wrong_fixes: tuple[WrongFix, ...]
-    root: Path  # the course folder
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / "exercises" / self.id / "exercise.toml"
+    root: Path  # the course folder the learner works in
+    manifest_path: Path  # the manifest read: the shipped one, whatever the learner's copy says
+    solution_path: Path  # the reference fix: beside the exercises in a checkout, in the package otherwise
 
     @property
     def learner_path(self) -> Path:
         """The file the learner edits."""
         return self.root / "exercises" / self.id / self.file
-
-    @property
-    def solution_path(self) -> Path:
-        return self.root / "solutions" / self.id / self.file
 
     @property
     def budget_mib(self) -> float:
@@ -101,8 +95,12 @@ def _require(table: dict, key: str, kind: type, where: Path):
     return value
 
 
-def load_exercise(manifest: Path, root: Path) -> Exercise:
-    """Parse and validate one manifest; every problem becomes one clear OomLabError."""
+def load_exercise(manifest: Path, root: Path, solutions: Path | None = None) -> Exercise:
+    """Parse and validate one manifest; every problem becomes one clear OomLabError.
+
+    ``root`` is the course folder the learner works in; ``solutions`` the folder
+    of reference fixes (default: ``root/solutions``).
+    """
     from oomlab.grading.checks import CHECKS  # the registry of check names
 
     try:
@@ -117,8 +115,8 @@ def load_exercise(manifest: Path, root: Path) -> Exercise:
     if ex_id != folder:
         raise OomLabError(f"{manifest}: id {ex_id!r} does not match its folder {folder!r}.", "Make them the same.")
     step = _require(data, "step", str, manifest)
-    if step not in STEPS:
-        raise OomLabError(f"{manifest}: step {step!r} is not one of {', '.join(STEPS)}.", "Use one of those.")
+    if step not in STEP_NAMES:
+        raise OomLabError(f"{manifest}: step {step!r} is not one of {', '.join(STEP_NAMES)}.", "Use one of those.")
     budget = _require(data, "budget_bytes", int, manifest)
     if budget <= 0:
         raise OomLabError(f"{manifest}: budget_bytes must be positive.", "Set the memory budget in bytes.")
@@ -129,9 +127,7 @@ def load_exercise(manifest: Path, root: Path) -> Exercise:
     checks = _require(data, "checks", dict, manifest)
     for name, params in checks.items():
         if name not in CHECKS:
-            raise OomLabError(
-                f"{manifest}: unknown check {name!r}.", f"Known checks: {', '.join(sorted(CHECKS))}."
-            )
+            raise OomLabError(f"{manifest}: unknown check {name!r}.", f"Known checks: {', '.join(sorted(CHECKS))}.")
         if not isinstance(params, dict):
             raise OomLabError(f"{manifest}: [checks.{name}] must be a table.", "Write it as [checks.NAME].")
         CHECKS[name].validate(params, where=f"{manifest}: [checks.{name}]")
@@ -161,7 +157,6 @@ def load_exercise(manifest: Path, root: Path) -> Exercise:
     return Exercise(
         id=ex_id,
         title=_require(data, "title", str, manifest),
-        module=_require(data, "module", str, manifest),
         order=_require(data, "order", int, manifest),
         step=step,
         file=_require(data, "file", str, manifest),
@@ -174,4 +169,6 @@ def load_exercise(manifest: Path, root: Path) -> Exercise:
         checks=checks,
         wrong_fixes=tuple(wrong_fixes),
         root=root,
+        manifest_path=manifest,
+        solution_path=(solutions or root / "solutions") / ex_id / _require(data, "file", str, manifest),
     )

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 from oomlab.errors import OomLabError
 from oomlab.measure.harness import Measurement
-from oomlab.units import MIB, mib
+from oomlab.oom import first_line
+from oomlab.units import MIB, format_bytes
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -29,7 +31,6 @@ class Check:
     name = ""
     why = ""
     params: dict[str, type] = {}
-    relative = False  # compares with the reference solution
 
     def validate(self, given: dict, where: str) -> None:
         for key, value in given.items():
@@ -58,7 +59,7 @@ class NoOom(Check):
     def evaluate(self, m, ref, params):
         if m.oom:
             where = f" at {m.where}" if m.where else ""
-            first = m.message.splitlines()[0] if m.message else "CUDA out of memory"
+            first = first_line(m.message, None) or "CUDA out of memory"
             caught = "" if m.status == "oom" else " (the script caught it and went on)"
             return self.result(False, f"OOM{where}", "no OOM", f"{first}{caught}")
         return self.result(True, "no OOM", "no OOM")
@@ -72,55 +73,55 @@ class Untampered(Check):
         problems = list(m.tamper)
         peak = _stat(m, "peak_reserved")
         if peak is not None and m.budget_bytes and peak > m.budget_bytes:
-            problems.append(f"reserved {mib(peak)}, more than the {mib(m.budget_bytes)} budget")
+            problems.append(f"reserved {format_bytes(peak)}, more than the {format_bytes(m.budget_bytes)} budget")
         if problems:
             return self.result(False, "; ".join(problems), "statistics untouched", "The script " + "; ".join(problems) + ".")
         return self.result(True, "statistics untouched", "statistics untouched")
 
 
-class _RelativeBytes(Check):
-    """Bytes no more than the reference's, times (1 + tolerance), plus an optional slack."""
+class RelativeBytes(Check):
+    """A peak figure no more than the reference's, times (1 + tolerance), or plus a slack in MiB if that is larger."""
 
-    stat = ""
-    relative = True
     params = {"tolerance": float, "slack_mib": float}
-    advice = ""
+
+    def __init__(self, stat: str, why: str, advice: str):
+        self.name = self.stat = stat  # the check is named after the figure it reads
+        self.why = why
+        self.advice = advice
 
     def evaluate(self, m, ref, params):
         value, base = _stat(m, self.stat), _stat(ref, self.stat)
         if value is None or base is None:
-            return self.result(False, mib(value), "n/a", "No memory figures were recorded for this run.")
+            return self.result(False, format_bytes(value), "n/a", "No memory figures were recorded for this run.")
         tolerance = params.get("tolerance", 0.10)
         limit = max(base * (1 + tolerance), base + params.get("slack_mib", 0) * MIB)
-        threshold = f"<= {mib(limit)} (reference {mib(base)} + {tolerance:.0%})"
-        detail = f"{mib(value)} is {value / max(base, 1):.2f}x the reference's {mib(base)}. {self.advice}"
-        return self.result(value <= limit, mib(value), threshold, detail)
+        threshold = f"<= {format_bytes(limit)} (reference {format_bytes(base)} + {tolerance:.0%})"
+        detail = f"{format_bytes(value)} is {value / max(base, 1):.2f}x the reference's {format_bytes(base)}. {self.advice}"
+        return self.result(value <= limit, format_bytes(value), threshold, detail)
 
 
-class PeakAllocated(_RelativeBytes):
-    name = "peak_allocated"
-    stat = "peak_allocated"
-    why = "Peak allocated memory is what live tensors needed at the worst moment; the fix should bring it down to the reference's."
-    advice = "Something still holds more memory at the peak than the reference does."
-
-
-class PeakReserved(_RelativeBytes):
-    name = "peak_reserved"
-    stat = "peak_reserved"
-    why = "Peak reserved memory is what the process took from the GPU, cached blocks included; it is what other jobs lose."
-    advice = "The allocator still had to reserve more than the reference needs."
-
-
-class InactiveSplitPeak(_RelativeBytes):
-    name = "inactive_split_peak"
-    stat = "inactive_split_peak"
-    why = "Non-releasable memory (inactive_split_bytes) is free space stranded inside segments that live blocks pin: fragmentation."
-    advice = "Free memory is still stranded between live blocks; look at what is allocated among short-lived tensors."
+PEAK_ALLOCATED = RelativeBytes(
+    "peak_allocated",
+    "Peak allocated memory is what live tensors needed at the worst moment; the fix should bring it down to the reference's.",
+    "Something still holds more memory at the peak than the reference does.",
+)
+PEAK_RESERVED = RelativeBytes(
+    "peak_reserved",
+    "Peak reserved memory is what the process took from the GPU, cached blocks included; it is what other jobs lose.",
+    "The allocator still had to reserve more than the reference needs.",
+)
+INACTIVE_SPLIT_PEAK = RelativeBytes(
+    "inactive_split_peak",
+    "Non-releasable memory (inactive_split_bytes) is free space stranded inside segments that live blocks pin: fragmentation.",
+    "Free memory is still stranded between live blocks; look at what is allocated among short-lived tensors.",
+)
 
 
 class Retries(Check):
     name = "retries"
-    why = "A retry means the allocator flushed its whole cache and synchronized to find room: a slow step, and one short of an OOM."
+    why = (
+        "A retry means the allocator flushed its whole cache and synchronized to find room: a slow step, and one short of an OOM."
+    )
     params = {"max": int}
 
     def evaluate(self, m, ref, params):
@@ -134,7 +135,6 @@ class Retries(Check):
 class SameWorkload(Check):
     name = "same_workload"
     why = "A memory fix must train the same model on the same data: less work is not a fix."
-    relative = True
 
     def evaluate(self, m, ref, params):
         w, r = m.workload or {}, ref.workload or {}
@@ -154,7 +154,7 @@ def workload_differences(w: dict, r: dict) -> list[str]:
             "Fewer steps (or a run cut short) is not a fix."
         )
     else:
-        for i, (mine, theirs) in enumerate(zip(w["samples_per_step"], r["samples_per_step"])):
+        for i, (mine, theirs) in enumerate(zip(w["samples_per_step"], r["samples_per_step"], strict=True)):
             if mine != theirs:
                 problems.append(
                     f"Step {i + 1} trained on {mine:,} samples; the reference trains on {theirs:,}. "
@@ -182,7 +182,6 @@ class SameResults(Check):
     name = "same_results"
     why = "A memory fix must not change what the model computes: same losses, same final weights, within tolerance."
     params = {"rtol": float, "atol": float}
-    relative = True
 
     def evaluate(self, m, ref, params):
         rtol, atol = params.get("rtol", 1e-3), params.get("atol", 1e-5)
@@ -197,8 +196,8 @@ class SameResults(Check):
                 f"backward() ran {len(losses)} times on a scalar loss; the reference runs it {len(ref_losses)} times.",
             )
         close = lambda a, b: abs(a - b) <= atol + rtol * abs(b)  # noqa: E731 - numpy.isclose's rule
-        worst = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses)), default=0.0)
-        off = [i for i, (a, b) in enumerate(zip(losses, ref_losses)) if not close(a, b)]
+        worst = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses, strict=True)), default=0.0)
+        off = [i for i, (a, b) in enumerate(zip(losses, ref_losses, strict=True)) if not close(a, b)]
         if off:
             step = off[0]
             return self.result(
@@ -225,9 +224,9 @@ CHECKS: dict[str, Check] = {
     for c in (
         NoOom(),
         Untampered(),
-        PeakAllocated(),
-        PeakReserved(),
-        InactiveSplitPeak(),
+        PEAK_ALLOCATED,
+        PEAK_RESERVED,
+        INACTIVE_SPLIT_PEAK,
         Retries(),
         SameWorkload(),
         SameResults(),

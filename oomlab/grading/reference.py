@@ -2,31 +2,24 @@
 
 Relative thresholds ("no more than the reference + 10%") only mean something
 against the reference measured on the same GPU and torch build, so the cache
-key holds both, plus the bytes of the solution, the manifest and the harness:
-change any of them and the reference is measured again.
+key holds both, plus the bytes of the solution, the manifest and the measuring
+code: change any of them and the reference is measured again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from oomlab.course.state import StateDir, write_atomic
 from oomlab.errors import OomLabError
-from oomlab.course.progress import write_atomic
-from oomlab.measure.harness import CHILD, MACHINE_PROBLEMS, Measurement, measure_exercise_file
-
-
-def cache_key(exercise, gpu: str, torch_version: str) -> str:
-    digest = hashlib.sha256()
-    for path in (exercise.solution_path, exercise.manifest_path, CHILD):
-        digest.update(path.read_bytes())
-    digest.update(f"{gpu}|{torch_version}".encode())
-    return digest.hexdigest()[:16]
+from oomlab.measure import MEASURING_CODE, digest
+from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, measure_exercise_file
 
 
 def cache_path(exercise, gpu: str, torch_version: str) -> Path:
-    return exercise.root / ".oomlab" / "reference" / f"{exercise.id}-{cache_key(exercise, gpu, torch_version)}.json"
+    key = digest([exercise.solution_path, exercise.manifest_path, *MEASURING_CODE], f"{gpu}|{torch_version}")
+    return StateDir(exercise.root).references / f"{exercise.id}-{key}.json"
 
 
 def measure_reference(exercise) -> Measurement:
@@ -34,7 +27,7 @@ def measure_reference(exercise) -> Measurement:
     if not exercise.solution_path.is_file():
         raise OomLabError(
             f"The reference solution {exercise.solution_path} is missing.",
-            "Restore it from the course repository (git checkout -- solutions/).",
+            "Reinstall oomlab, or restore it from the course repository (git checkout -- solutions/).",
         )
     ref = measure_exercise_file(exercise, exercise.solution_path)
     if ref.status in MACHINE_PROBLEMS:

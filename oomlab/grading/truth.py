@@ -1,43 +1,98 @@
-"""The course's own truth check: every seeded bug fails, every reference fix passes.
+"""The course's one truth check: every seeded bug, wrong fix and cheat fails as its exercise says, every fix passes.
 
-For each exercise, on this GPU:
+For each exercise, on this GPU, :func:`variants` lists the runs and what each
+must show:
 
-- the reference solution is measured twice: once as the reference, once graded
-  against it (which also shows the figures repeat from run to run);
-- the shipped buggy script must fail, and fail the check its manifest names as
-  the symptom (an OOM, or the fragmentation or peak figure over threshold);
-- each tempting wrong fix must fail the check its manifest names.
+- ``solution``: the reference fix, graded against its own reference measurement,
+  must pass every check *and* repeat that measurement's figures exactly;
+- ``bug``: the script as shipped must fail the check its manifest names as the symptom;
+- each tempting **wrong fix** (an edit of the bug) must fail the check it names;
+- each generic **cheat** (:mod:`oomlab.grading.cheats`) must fail one of the checks that catch it.
+
+``oomlab dev verify`` (which writes ``course/measurements/verify.json``) and
+``pytest graders --solutions`` both run :func:`check` over :func:`variants`,
+so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from oomlab.grading.verdict import Report, grade, machine_error
-from oomlab.measure.harness import MACHINE_PROBLEMS
-from oomlab.course.progress import pristine_source, write_atomic
+from oomlab.course.manifest import Exercise
+from oomlab.course.originals import shipped_source
+from oomlab.course.state import StateDir, write_atomic
+from oomlab.grading.cheats import CHEATS, WRAPPED
 from oomlab.grading.reference import measure_reference
+from oomlab.grading.verdict import Report, grade
+from oomlab.measure import MEASURING_CODE, digest
+from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement
+from oomlab.measure.machine import machine_error
+from oomlab.oom import first_line
+
+__all__ = ["Variant", "check", "fingerprint", "source_digest", "variants", "verify"]
 
 FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries")
+# The code whose change makes a committed report stale: the measuring, the checks, the cheats.
+GRADING_CODE = (*MEASURING_CODE, Path(__file__).with_name("checks.py"), Path(__file__).with_name("cheats.py"))
 
 
-def write_variant(ex, name: str, source: str) -> Path:
-    """A variant of the exercise's script (the original, a wrong fix, a cheat), where a grader can run it."""
-    path = ex.root / ".oomlab" / "variants" / ex.id / name / ex.file
-    write_atomic(path, source)
-    return path
+@dataclass(frozen=True)
+class Variant:
+    """One run of the truth check: a script made from the exercise, and what it must show."""
+
+    exercise: Exercise
+    kind: str  # "solution", "bug", "wrong-fix" or "cheat"
+    name: str
+    expect: frozenset[str]  # checks of which at least one must fail; empty: every check must pass
+    make: Callable[[str, str], str] | None = None  # (bug, solution) -> source; None for the solution itself
+    wraps_the_bug: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise.id}-{self.name}"
+
+    def script(self) -> Path:
+        """Where the run's script is: the reference fix itself, or a variant written under ``.oomlab/variants/``."""
+        ex = self.exercise
+        if self.make is None:
+            return ex.solution_path
+        bug, sol = shipped_source(ex), ex.solution_path.read_text(encoding="utf-8")
+        path = StateDir(ex.root).variant(ex.id, self.name, ex.file)
+        write_atomic(path, self.make(bug, sol))
+        if self.wraps_the_bug:
+            write_atomic(path.with_name(f"{WRAPPED}.py"), bug)
+        return path
 
 
-def summarize(report: Report, expect: str | None) -> dict:
-    """One run as the report records it; ``expect`` is the check that must fail (None: must pass)."""
-    m = report.measurement
+def variants(ex: Exercise) -> list[Variant]:
+    """Every run the truth check makes for ``ex``, the reference fix first."""
+    runs = [
+        Variant(ex, "solution", "solution", frozenset()),
+        Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol: bug),
+    ]
+    for fix in ex.wrong_fixes:
+        runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, fix=fix: fix.apply(bug)))
+    for cheat in CHEATS:
+        runs.append(Variant(ex, "cheat", cheat.name, cheat.caught_by, cheat.make, cheat.wraps_the_bug))
+    return runs
+
+
+def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
+    """Run one variant against the reference; the row says whether it behaved as the course says."""
+    report = grade(variant.exercise, variant.script(), reference=reference)
+    m, failed = report.measurement, report.failed()
+    if variant.expect:
+        as_expected = not report.passed and bool(variant.expect & set(failed))
+    else:
+        as_expected = report.passed
     stats = m.stats or {}
-    failed = report.failed()
-    as_expected = report.passed if expect is None else (not report.passed and expect in failed)
     row = {
+        "name": variant.name,
+        "kind": variant.kind,
         "verdict": report.verdict,
         "status": m.status,
         "oom": m.oom,
@@ -45,43 +100,79 @@ def summarize(report: Report, expect: str | None) -> dict:
         "inactive_split_final": stats.get("inactive_split_final"),
         "wall_s": round(m.wall_s, 3) if m.wall_s is not None else None,
         "failed_checks": failed,
-        "expected_failure": expect,
+        "expected_failure": sorted(variant.expect) or None,
         "as_expected": as_expected,
     }
+    if variant.kind == "solution":  # the same code gives the same figures: the verdicts rest on it
+        row["repeatable"] = m.stats == reference.stats
+        row["as_expected"] = as_expected and row["repeatable"]
     if m.oom or m.status not in ("ok", "oom"):
-        row["message"] = (m.message.splitlines() or [""])[0][:300]
+        row["message"] = first_line(m.message)
         row["where"] = m.where
-    return row
+    return row, report
 
 
-def verify_exercise(ex, note: Callable[[str], None] = lambda _: None):
-    note(f"{ex.id}: reference solution")
+def explain(row: dict, report: Report) -> str:
+    """Why a variant did not behave as expected, for a test failure."""
+    m = report.measurement
+    want = (
+        f"fail one of {', '.join(row['expected_failure'])}"
+        if row["expected_failure"]
+        else "pass, repeating the reference's figures"
+    )
+    lines = [f"{row['name']} should {want}; it got {row['verdict']} ({m.status})."]
+    if row.get("repeatable") is False:
+        lines.append("Its figures differ from the reference measurement's: the run is not repeatable.")
+    if not report.checks:
+        lines.append(f"{m.message} {m.where}".strip())
+    lines += [
+        f"{'PASS' if c.passed else 'FAIL'} {c.name}: {c.measured} (required {c.threshold}) {c.detail}" for c in report.checks
+    ]
+    return "\n".join(lines)
+
+
+def reference_of(ex: Exercise) -> Measurement:
+    """The reference fix measured now, in a fresh process: the truth check never trusts a cached one."""
     ref = measure_reference(ex)
     if ref.status in MACHINE_PROBLEMS:
         raise machine_error(ref, ex)
-    note(f"{ex.id}: solution, graded")
-    solution = grade(ex, ex.solution_path, reference=ref)
-    note(f"{ex.id}: buggy script")
-    original = pristine_source(ex)
-    buggy = grade(ex, write_variant(ex, "original", original), reference=ref)
-    wrong = []
-    for fix in ex.wrong_fixes:
-        note(f"{ex.id}: wrong fix {fix.name}")
-        path = write_variant(ex, fix.name, fix.apply(original))
-        wrong.append({"name": fix.name, **summarize(grade(ex, path, reference=ref), fix.expect)})
+    return ref
+
+
+def source_digest(ex: Exercise) -> str:
+    """A hash of what the exercise is made of: its manifest, its shipped script and its reference fix."""
+    return digest([ex.manifest_path, ex.solution_path], shipped_source(ex))
+
+
+def fingerprint() -> str:
+    """A hash of the measuring and grading code: what a report's figures and verdicts depend on besides the course."""
+    return digest(GRADING_CODE)
+
+
+def verify_exercise(ex: Exercise, note: Callable[[str], None] = lambda _: None) -> tuple[dict, Measurement]:
+    note(f"{ex.id}: reference solution")
+    ref = reference_of(ex)
+    rows = []
+    for variant in variants(ex):
+        note(f"{ex.id}: {variant.kind} {variant.name}")
+        rows.append(check(variant, ref)[0])
+    by_kind = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
     row = {
         "id": ex.id,
+        "sources": source_digest(ex),
         "budget_bytes": ex.budget_bytes,
-        "repeatable": ref.stats == solution.measurement.stats,
         "reference_workload": {k: ref.workload.get(k) for k in ("optimizer_steps", "train_samples", "inference_samples")},
-        "buggy": summarize(buggy, ex.symptom),
-        "solution": summarize(solution, None),
-        "wrong_fixes": wrong,
+        "solution": by_kind("solution")[0],
+        "buggy": by_kind("bug")[0],
+        "wrong_fixes": by_kind("wrong-fix"),
+        "cheats": by_kind("cheat"),
     }
+    row["repeatable"] = row["solution"]["repeatable"]
     return row, ref
 
 
 def verify(exercises, note: Callable[[str], None] = lambda _: None) -> dict:
+    """The whole course's truth check, as the report ``verify.json`` holds it."""
     start = time.perf_counter()
     results = [verify_exercise(ex, note) for ex in exercises]
     rows = [row for row, _ in results]
@@ -91,11 +182,14 @@ def verify(exercises, note: Callable[[str], None] = lambda _: None) -> dict:
         "torch": ref.torch if ref else None,
         "cuda": ref.cuda if ref else None,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "code": fingerprint(),
         "wall_s": round(time.perf_counter() - start, 1),
         "exercises": rows,
     }
-    report["ok"] = all(
-        r["buggy"]["as_expected"] and r["solution"]["as_expected"] and all(w["as_expected"] for w in r["wrong_fixes"]) and r["repeatable"]
-        for r in rows
-    )
+    report["ok"] = all(r["as_expected"] for row in rows for r in all_runs(row))
     return report
+
+
+def all_runs(row: dict) -> list[dict]:
+    """Every run of one exercise's report row."""
+    return [row["solution"], row["buggy"], *row.get("wrong_fixes", []), *row.get("cheats", [])]

@@ -1,0 +1,35 @@
+"""Measuring a training script: one fresh process per run, under a memory budget.
+
+- :mod:`~oomlab.measure.harness` starts the process, enforces the time limit and
+  turns every way a run can end into a :class:`~oomlab.measure.harness.Measurement`;
+- :mod:`~oomlab.measure.child` runs inside that process: budget, guards, workload
+  observer, the learner's script, one JSON result;
+- :mod:`~oomlab.measure.stats` names the allocator figures read;
+- :mod:`~oomlab.measure.machine` says what this machine can measure (``oomlab doctor``)
+  and explains a measurement the machine, not the script, stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# The code a measurement depends on: change any of it and earlier figures no longer stand.
+MEASURING_CODE = (
+    _HERE / "child.py",
+    _HERE / "harness.py",
+    _HERE / "stats.py",
+    _HERE.parent / "oom.py",
+    _HERE.parent / "frames.py",
+)
+
+
+def digest(paths, extra: str = "") -> str:
+    """A short hash of the files' bytes (in the order given) and ``extra``."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(Path(path).read_bytes())
+        h.update(b"\0")
+    h.update(extra.encode())
+    return h.hexdigest()[:16]

@@ -2,7 +2,7 @@
 
 Each measurement starts a new Python process so that the caching allocator
 starts empty: the same script gives the same figures every run. The child
-(``_child.py``) sets the memory budget, seeds, guards and hooks before the
+(``child.py``) sets the memory budget, seeds, guards and hooks before the
 learner's code runs and writes one JSON result; this side adds the time limit
 and turns every way a run can end into a :class:`Measurement`.
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oomlab.measure.stats import ALLOC_CONF_VARS
+from oomlab.oom import first_line
 
 CHILD = Path(__file__).with_name("child.py")
 
@@ -64,6 +65,18 @@ class Measurement:
     def where(self) -> str:
         """``train.py:42`` where the run stopped, if it stopped inside the script."""
         return f"{Path(self.script).name}:{self.line_no}" if self.line_no else ""
+
+    def ending(self) -> str:
+        """How the run ended, in one line, for messages that have no room for more."""
+        where = f" at {self.where}" if self.where else ""
+        first = first_line(self.message)
+        return {
+            "missing": "the file does not exist",
+            "syntax": f"syntax error{where}: {first}",
+            "timeout": first,
+            "crashed": first,
+            "error": f"{self.error_type or 'an error'}{where}: {first}",
+        }.get(self.status, f"{self.status}{where}: {first}")
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -128,7 +141,7 @@ def measure(
     ``require_cuda=False`` runs it without a GPU and without memory figures; the
     project's own tests use it to exercise every way a run can end on CI.
     ``budget_bytes=None`` runs it uncapped (a script that is not an exercise).
-    ``tool`` names a probe from graders/tools to run around the script:
+    ``tool`` names a probe from oomlab/tools to run around the script:
     ``{"name": "snapshot", "out_dir": "...", "options": {...}}``.
     """
     script = Path(script).resolve()
@@ -188,12 +201,11 @@ def measure(
     return m
 
 
-def measure_exercise_file(exercise, script: Path, **kwargs) -> Measurement:
+def measure_exercise_file(exercise, script: Path) -> Measurement:
     """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit."""
     return measure(
         script,
-        budget_bytes=kwargs.pop("budget_bytes", exercise.budget_bytes),
+        budget_bytes=exercise.budget_bytes,
         alloc_conf=exercise.alloc_conf,
         time_limit_s=exercise.time_limit_s,
-        **kwargs,
     )

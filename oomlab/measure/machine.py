@@ -1,4 +1,4 @@
-"""``oomlab doctor``: what this machine can and cannot do for the course."""
+"""What this machine can measure: ``oomlab doctor``, and the message when the machine stops a run."""
 
 from __future__ import annotations
 
@@ -11,6 +11,31 @@ from oomlab.errors import OomLabError
 from oomlab.measure.stats import ALLOC_CONF_VARS
 from oomlab.units import GIB
 
+
+def machine_error(m, exercise) -> OomLabError:
+    """The machine, not the script, stops the measurement: say what and what to do."""
+    budget = f"{exercise.budget_bytes / GIB:.2f} GiB"
+    if m.status == "no_torch":
+        return OomLabError("PyTorch is not installed in this Python environment.", "Run `make start`, which installs it.")
+    if m.status == "torch_too_old":
+        return OomLabError(f"{m.message}; the course needs torch 2.4 or newer.", "Upgrade it: pip install -U torch")
+    if m.status == "no_cuda":
+        return OomLabError(
+            f"No CUDA GPU is visible: {m.message}.",
+            "Measuring needs an NVIDIA GPU. Without one, `oomlab list`, `hint`, `reset` and `doctor` still work, "
+            "and the course pages read fine.",
+        )
+    if m.status == "gpu_too_small":
+        return OomLabError(
+            f"This GPU ({m.gpu}, {m.gpu_total_bytes / GIB:.2f} GiB) is smaller than {exercise.id}'s budget of {budget}.",
+            f"Use a GPU with at least {budget} of memory.",
+        )
+    if m.status == "gpu_busy":
+        return OomLabError(
+            f"Other processes hold memory on {m.gpu}: {m.gpu_free_bytes / GIB:.2f} GiB is free.",
+            f"{exercise.id} needs {budget} free. `nvidia-smi` lists who holds it; stop them and try again.",
+        )
+    return OomLabError(f"The measurement could not start: {m.status}: {m.message}", "Run `oomlab doctor`.")
 
 
 def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
@@ -36,12 +61,16 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
         return rows, False
     version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
     too_old = version < (2, 4)
-    rows.append(("fail" if too_old else "ok", "torch", f"{torch.__version__}" + (" (the course needs 2.4 or newer)" if too_old else "")))
+    rows.append(
+        ("fail" if too_old else "ok", "torch", f"{torch.__version__}" + (" (the course needs 2.4 or newer)" if too_old else ""))
+    )
     if torch.version.cuda is None:
         rows.append(("fail", "CUDA", "this torch is a CPU-only build; install a CUDA build of torch"))
         return rows, False
     if not torch.cuda.is_available():
-        rows.append(("fail", "GPU", f"torch is built for CUDA {torch.version.cuda} but sees no GPU (driver, CUDA_VISIBLE_DEVICES?)"))
+        rows.append(
+            ("fail", "GPU", f"torch is built for CUDA {torch.version.cuda} but sees no GPU (driver, CUDA_VISIBLE_DEVICES?)")
+        )
         return rows, False
     props = torch.cuda.get_device_properties(0)
     free, total = torch.cuda.mem_get_info(0)
@@ -52,7 +81,10 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
         if total < ex.budget_bytes:
             level, finding = "fail", f"needs {ex.budget_bytes / GIB:.2f} GiB; the GPU has {total / GIB:.2f} GiB"
         elif free < ex.budget_bytes:
-            level, finding = "fail", f"needs {ex.budget_bytes / GIB:.2f} GiB free; only {free / GIB:.2f} GiB is (nvidia-smi shows who holds it)"
+            level, finding = (
+                "fail",
+                f"needs {ex.budget_bytes / GIB:.2f} GiB free; only {free / GIB:.2f} GiB is (nvidia-smi shows who holds it)",
+            )
         else:
             level, finding = "ok", f"budget {ex.budget_bytes / GIB:.2f} GiB fits"
         ready &= level == "ok"
@@ -60,7 +92,13 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
 
     for var in ALLOC_CONF_VARS:
         if value := os.environ.get(var):
-            rows.append(("warn", var, f"set to {value!r} in your shell; oomlab runs each exercise with the settings in its exercise.toml instead"))
+            rows.append(
+                (
+                    "warn",
+                    var,
+                    f"set to {value!r} in your shell; oomlab runs each exercise with the settings in its exercise.toml instead",
+                )
+            )
     if not any(r[1].startswith("PYTORCH") for r in rows):
         rows.append(("ok", "allocator settings", "none set in your shell; each exercise uses the settings in its exercise.toml"))
     return rows, ready

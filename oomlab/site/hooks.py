@@ -6,7 +6,7 @@
   workflow step, summary, budget, checks, hints, wrong fixes) and its buggy script,
   read verbatim; the reference solution is never shown;
 - ``measurements.md``, every figure rendered from ``course/measurements/verify.json``
-  (written by ``oomlab verify`` on a GPU), so no number a run produced is typed by hand;
+  (written by ``oomlab dev verify`` on a GPU), so no number a run produced is typed by hand;
 - the ``Exercises`` section of the nav, in course order;
 - in hand-written pages, ``<!-- oomlab:exercises -->`` becomes a table of the
   exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP.
@@ -31,21 +31,15 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders.site
     sys.path.insert(0, str(_ROOT))
 
+from oomlab.course.manifest import STEP_NAMES, Exercise  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
-from oomlab.course.manifest import STEPS, Exercise  # noqa: E402
-from oomlab.units import MIB  # noqa: E402
+from oomlab.steps import step  # noqa: E402
+from oomlab.units import MIB, in_mib  # noqa: E402
 
 VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
-FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab figures`
+FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab dev figures`
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
 
-# The three workflow steps, as workflow.md titles them; its headings carry these ids.
-STEP_TITLES = {
-    "snapshot": "1. Take an allocator snapshot",
-    "hunt": "2. Hunt dangling graph references",
-    "profile": "3. Profile the peak",
-}
-assert set(STEP_TITLES) == set(STEPS), "every workflow step needs a title here"
 
 FIGURES = (  # (verify.json key, column heading)
     ("peak_allocated", "Peak allocated"),
@@ -102,10 +96,6 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def mib(n) -> str:
-    return "n/a" if n is None else f"{n / MIB:,.1f}"
-
-
 def budget(ex: Exercise) -> str:
     return f"{ex.budget_bytes / MIB:,.0f} MiB ({ex.budget_bytes:,} bytes)" if ex.budget_bytes % MIB == 0 else f"{ex.budget_mib:,.2f} MiB ({ex.budget_bytes:,} bytes)"
 
@@ -139,13 +129,13 @@ def link_from(page_src_uri: str, target: str) -> str:
 def load_report(docs_dir: Path) -> tuple[dict | None, str]:
     path = docs_dir / VERIFY_JSON
     if not path.is_file():
-        return None, f"There is no {path.name} yet: on a CUDA GPU, `make verify` (`oomlab verify --json course/{VERIFY_JSON}`) writes it."
+        return None, f"There is no {path.name} yet: on a CUDA GPU, `make verify` (`oomlab dev verify`) writes it."
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise PluginError(f"course/{VERIFY_JSON} is not valid JSON: {err}") from None
     if not isinstance(report, dict) or not isinstance(report.get("exercises"), list):
-        raise PluginError(f"course/{VERIFY_JSON} has no 'exercises' list; write it with `oomlab verify`.")
+        raise PluginError(f"course/{VERIFY_JSON} has no 'exercises' list; write it with `oomlab dev verify`.")
     return report, ""
 
 
@@ -175,7 +165,7 @@ def run_row(label: str, run: dict) -> str:
         label,
         str(run.get("verdict") or "n/a"),
         "n/a" if oom is None else ("yes" if oom else "no"),
-        *(mib(run.get(key)) for key, _ in FIGURES),
+        *(in_mib(run.get(key)) for key, _ in FIGURES),
         "n/a" if run.get("retries") is None else str(run["retries"]),
         ", ".join(failed) or "none",
     ]
@@ -188,7 +178,8 @@ RUN_HEADER = (
 )
 
 
-def runs(row: dict) -> list[tuple[str, dict]]:
+def runs(row: dict, cheats: bool = False) -> list[tuple[str, dict]]:
+    """The report row's runs with their labels: the bug, the fix, the wrong fixes (and the generic cheats)."""
     out = []
     if row.get("buggy"):
         out.append(("buggy script", row["buggy"]))
@@ -196,29 +187,30 @@ def runs(row: dict) -> list[tuple[str, dict]]:
         out.append(("reference solution", row["solution"]))
     for fix in row.get("wrong_fixes") or []:
         out.append((f"wrong fix: {fix.get('name', '?')}", fix))
+    for cheat in (row.get("cheats") or []) if cheats else []:
+        out.append((f"cheat: {cheat.get('name', '?')}", cheat))
     return out
 
 
 def staleness(ex: Exercise, row: dict) -> list[str]:
-    """Ways the manifest has changed since the measurement."""
-    problems = []
+    """Ways the exercise has changed since the measurement (the same digest the project's tests compare)."""
+    from oomlab.grading.truth import source_digest
+
+    if row.get("sources") == source_digest(ex):
+        return []
     if row.get("budget_bytes") != ex.budget_bytes:
-        problems.append(f"the budget was {mib(row.get('budget_bytes'))} MiB then and is {mib(ex.budget_bytes)} MiB now")
-    then = {f.get("name") for f in row.get("wrong_fixes") or []}
-    now = {f.name for f in ex.wrong_fixes}
-    if then != now:
-        problems.append("the wrong fixes measured are not the ones the manifest lists now")
-    return problems
+        return [f"the budget was {in_mib(row.get('budget_bytes'))} MiB then and is {in_mib(ex.budget_bytes)} MiB now"]
+    return ["its manifest, script or reference fix changed since it was measured"]
 
 
 def expectation_notes(row: dict) -> list[str]:
     notes = []
-    for label, run in runs(row):
+    for label, run in runs(row, cheats=True):
         if run.get("as_expected") is False:
-            want = run.get("expected_failure")
+            want = " or ".join(f"`{name}`" for name in run.get("expected_failure") or [])
             notes.append(
                 f"{label} did not behave as the course expects"
-                + (f" (it should fail `{want}`)." if want else " (it should pass every check).")
+                + (f" (it should fail {want})." if want else " (it should pass every check).")
             )
     if row.get("repeatable") is False:
         notes.append("the reference solution's allocator figures differed between its two runs.")
@@ -241,7 +233,7 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
     md = [
         f"# {ex.title}",
         "",
-        f"Exercise {number} of {total}. Workflow step: [{STEP_TITLES[ex.step]}]({step_link}).",
+        f"Exercise {number} of {total}. Workflow step: [{step(ex.step).heading}]({step_link}).",
         "",
         prose(ex.summary),
         "",
@@ -298,13 +290,13 @@ def measurement_section(ex: Exercise) -> list[str]:
             "",
             '!!! info "Not measured yet"',
             "",
-            f"    {why} `oomlab verify` on a CUDA GPU measures the buggy script, the reference fix and each wrong fix.",
+            f"    {why} `oomlab dev verify` on a CUDA GPU measures the buggy script, the reference fix, each wrong fix and each generic cheat.",
             "",
         ]
     md = [
         f"## Measured on {measured_on(report)}",
         "",
-        f"From `oomlab verify`, {measured_date(report)}, CUDA {report.get('cuda') or '?'}; "
+        f"From `oomlab dev verify`, {measured_date(report)}, CUDA {report.get('cuda') or '?'}; "
         f"[all exercises]({link_from(uri, 'measurements.md')}). "
         "Peaks in MiB; *non-releasable* is the peak of `inactive_split_bytes`, free memory inside segments "
         "that a live block pins; *retries* counts the times the allocator freed its cache and tried again. "
@@ -312,7 +304,7 @@ def measurement_section(ex: Exercise) -> list[str]:
         "",
     ]
     for problem in staleness(ex, row):
-        md += ['!!! warning "Measured on an older version of this exercise"', "", f"    {upper_first(problem)}: run `oomlab verify` again.", ""]
+        md += ['!!! warning "Measured on an older version of this exercise"', "", f"    {upper_first(problem)}: run `oomlab dev verify` again.", ""]
     md += [RUN_HEADER, *(run_row(label, run) for label, run in runs(row)), ""]
     for note in expectation_notes(row):
         md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
@@ -327,7 +319,7 @@ def measurement_section(ex: Exercise) -> list[str]:
 
 
 def figure_section(ex: Exercise) -> list[str]:
-    """The pictures `oomlab figures` drew for this exercise, with the tool's own one-line finding."""
+    """The pictures `oomlab dev figures` drew for this exercise, with the tool's own one-line finding."""
     index = _state["figures"]
     shown = [f for f in index.get("figures", {}).values() if f.get("exercise") == ex.id and f.get("files")]
     if not shown:
@@ -337,7 +329,7 @@ def figure_section(ex: Exercise) -> list[str]:
     md = [
         f"## What `oomlab {tool}` shows",
         "",
-        f"Drawn by `oomlab figures` on {index.get('gpu', '?')}, torch {index.get('torch', '?')}, "
+        f"Drawn by `oomlab dev figures` on {index.get('gpu', '?')}, torch {index.get('torch', '?')}, "
         f"{str(index.get('created', '?'))[:10]}: the tool run on the buggy script and on the reference fix.",
         "",
     ]
@@ -387,7 +379,7 @@ def measurements_page() -> str:
     if report is None:
         return "\n".join(md + ['!!! info "Not measured yet"', "", f"    {_state['report_problem']}", ""]) + "\n"
     md += [
-        f"Every figure below comes from [`{VERIFY_JSON}`]({VERIFY_JSON}), the report `oomlab verify` wrote.",
+        f"Every figure below comes from [`{VERIFY_JSON}`]({VERIFY_JSON}), the report `oomlab dev verify` wrote.",
         "",
         "| Report | |",
         "|---|---|",
@@ -415,7 +407,7 @@ def measurements_page() -> str:
         md += [f"Budget {budget(ex)}.", ""]
         for problem in staleness(ex, row):
             md += [f"!!! warning \"Measured on an older version\"", "", f"    {upper_first(problem)}.", ""]
-        md += [RUN_HEADER, *(run_row(label, r) for label, r in runs(row)), ""]
+        md += [RUN_HEADER, *(run_row(label, r) for label, r in runs(row, cheats=True)), ""]
         for note in expectation_notes(row):
             md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
     known = {ex.id for ex in _state["exercises"]}
@@ -425,19 +417,21 @@ def measurements_page() -> str:
     return "\n".join(md) + "\n"
 
 
-def exercise_list(page_src_uri: str, step: str | None) -> str:
+def exercise_list(page_src_uri: str, step_name: str | None) -> str:
     exercises = _state["exercises"]
-    if step is not None:
-        if step not in STEPS:
-            raise PluginError(f"{page_src_uri}: unknown step {step!r} in an oomlab:exercises marker; use one of {', '.join(STEPS)}.")
-        chosen = [(n, ex) for n, ex in enumerate(exercises, 1) if ex.step == step]
+    if step_name is not None:
+        if step_name not in STEP_NAMES:
+            raise PluginError(
+                f"{page_src_uri}: unknown step {step_name!r} in an oomlab:exercises marker; use one of {', '.join(STEP_NAMES)}."
+            )
+        chosen = [(n, ex) for n, ex in enumerate(exercises, 1) if ex.step == step_name]
         items = [f"    - Exercise {n}: [{ex.title}]({link_from(page_src_uri, page_uri(ex))})" for n, ex in chosen]
         return '!!! example "Practise this step"\n\n' + ("\n".join(items) or "    No exercise teaches this step yet.")
     lines = ["| # | Exercise | Workflow step | Budget |", "|---:|---|---|---:|"]
     for n, ex in enumerate(exercises, 1):
         step_link = link_from(page_src_uri, f"workflow.md#{ex.step}")
         lines.append(
-            f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) | [{STEP_TITLES[ex.step]}]({step_link}) | {ex.budget_mib:,.0f} MiB |"
+            f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) | [{step(ex.step).heading}]({step_link}) | {ex.budget_mib:,.0f} MiB |"
         )
     return "\n".join(lines)
 

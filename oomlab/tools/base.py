@@ -18,6 +18,7 @@ failure inside it becomes the result's ``error``, never the learner's error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -29,8 +30,7 @@ __all__ = ["Probe", "error_result", "pyplot", "save_figure", "write_result"]
 
 def error_result(tool: str, message: str, **extra) -> dict:
     """A result that says the tool found nothing because it failed, and why."""
-    return {"tool": tool, "kind": "error", "headline": f"{tool} failed: {message}", "culprit_bytes": 0,
-            "error": message, **extra}
+    return {"tool": tool, "kind": "error", "headline": f"{tool} failed: {message}", "culprit_bytes": 0, "error": message, **extra}
 
 
 def write_result(out_dir: Path, tool: str, result: dict) -> Path | None:
@@ -75,16 +75,14 @@ class Probe:
         """Analyse what the run left (inside the ``except`` block when it raised) and write the result."""
         try:
             if self.error:
-                raise RuntimeError(self.error)
-            result = self.analyse(exc, script_globals)
+                result = error_result(self.tool, self.error)
+            else:
+                result = self.analyse(exc, script_globals)
         except BaseException as err:  # noqa: BLE001 - whatever happens, the JSON says it
-            result = error_result(self.tool, f"{type(err).__name__}: {err}",
-                                  error_traceback=traceback.format_exc()[-3000:])
+            result = error_result(self.tool, f"{type(err).__name__}: {err}", error_traceback=traceback.format_exc()[-3000:])
         finally:
-            try:
+            with contextlib.suppress(Exception):  # nothing of ours runs after this in the process
                 self.close()
-            except Exception:  # noqa: BLE001 - nothing runs after us in this process
-                pass
         write_result(self.out_dir, self.tool, result)
         return result
 

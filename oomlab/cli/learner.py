@@ -1,0 +1,290 @@
+"""The learner's loop: where am I, run it, grade it, a hint, start again, see the fix."""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from oomlab import __version__
+from oomlab.cli import app, console
+from oomlab.cli.render import figures_table, notes, oom_panel, print_report, relpath, script_failure, workload_line
+from oomlab.course import Course
+from oomlab.course.manifest import Exercise
+from oomlab.course.originals import keep_originals, pristine_source
+from oomlab.course.originals import reset as reset_exercise
+from oomlab.course.progress import Progress
+from oomlab.course.shipped import init_course
+from oomlab.course.state import StateDir
+from oomlab.grading.verdict import Report, grade
+from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
+from oomlab.measure.machine import machine_error
+from oomlab.steps import step
+
+EXERCISE = typer.Argument(..., help="exercise id or number")
+
+
+def load() -> tuple[Course, Progress]:
+    course = Course()
+    keep_originals(course.exercises)  # at first sight, so that `oomlab reset` has the original
+    return course, Progress(course.state)
+
+
+def current(course: Course, progress: Progress) -> Exercise | None:
+    return next((e for e in course.exercises if not progress.passed(e.id)), None)
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def next_steps(ex: Exercise) -> Text:
+    rows = (
+        (f"oomlab run {ex.id}", f"run it under its {gib(ex.budget_bytes)} budget and see what happens"),
+        (f"oomlab check {ex.id}", "grade your fix"),
+        (f"oomlab hint {ex.id}", "a hint; one more each time you ask"),
+        ("oomlab watch", "re-check on every save"),
+    )
+    text = Text(f"Edit {relpath(ex.learner_path, ex.root)}, then:\n")
+    for cmd, what in rows:
+        text.append(f"  {cmd:<28}", style="bold cyan")
+        text.append(f"{what}\n")
+    return text
+
+
+def show_version(value: bool) -> None:
+    if value:
+        console.print(f"oomlab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def overview(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=show_version, help="print the version and exit"),
+) -> None:
+    """With no command: your progress, the current exercise and what to do next."""
+    if ctx.invoked_subcommand is not None:
+        return
+    course, progress = load()
+    done = sum(progress.passed(e.id) for e in course.exercises)
+    total = len(course.exercises)
+    console.print(Text("OOM Lab", style="bold"), Text(f"  {done}/{total} exercises passed"))
+    console.print(ProgressBar(total=max(total, 1), completed=done, width=40))
+    ex = current(course, progress)
+    for i, e in enumerate(course.exercises, 1):
+        mark = "✓" if progress.passed(e.id) else ("→" if e is ex else "·")
+        style = "green" if mark == "✓" else ("bold" if mark == "→" else "dim")
+        console.print(Text(f" {mark} {i}. {e.id:<16} {e.title}  [{step(e.step).label}]", style=style))
+    if ex is None:
+        console.print(
+            Panel(
+                "Every exercise passes. `oomlab solution ID` shows each reference fix to compare with yours.",
+                border_style="green",
+            )
+        )
+        return
+    console.print(Panel(Text(ex.summary), title=f"Now: {ex.id}: {ex.title}", title_align="left"))
+    console.print(next_steps(ex))
+    if shutil.which("nvidia-smi") is None:  # cheap: the overview does not import torch
+        console.print(
+            Text("No NVIDIA driver on this machine: `run` and `check` need a GPU. `oomlab doctor` says more.", style="yellow")
+        )
+
+
+@app.command()
+def init(folder: Path = typer.Argument(..., help="a new or empty folder for your course")) -> None:
+    """Write a fresh course folder to work in: the exercises and their graders."""
+    init_course(folder)
+    console.print(f"Wrote a fresh OOM Lab course into {folder}.")
+    console.print(Text(f"  cd {folder}\n  oomlab", style="bold cyan"))
+
+
+@app.command("list")
+def list_exercises() -> None:
+    """All exercises, in order, with their status."""
+    course, progress = load()
+    ex_now = current(course, progress)
+    table = Table(header_style="bold")
+    for col in ("#", "exercise", "title", "workflow step", "budget", "status"):
+        table.add_column(col)
+    for i, e in enumerate(course.exercises, 1):
+        if progress.passed(e.id):
+            status = Text("passed", style="green")
+        else:
+            status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
+        table.add_row(str(i), e.id, e.title, step(e.step).label, gib(e.budget_bytes), status)
+    console.print(table)
+
+
+def measuring(ex: Exercise, what: str = "Measuring"):
+    return console.status(f"{what} {ex.id} in a fresh process under its {gib(ex.budget_bytes)} budget…")
+
+
+@app.command()
+def run(exercise: str = EXERCISE) -> None:
+    """Run your version under the exercise's budget and show the OOM or the memory figures."""
+    course, _ = load()
+    ex = course.get(exercise)
+    with measuring(ex, "Running"):
+        m = measure_exercise_file(ex, ex.learner_path)
+    if m.status in MACHINE_PROBLEMS:
+        raise machine_error(m, ex)
+    if m.stdout.strip():
+        console.print(Panel(Text(m.stdout.rstrip()[-3000:]), title="Script output", title_align="left", border_style="dim"))
+    if m.status in SCRIPT_FAILURES:
+        console.print(script_failure(m, ex))
+        raise typer.Exit(1)
+    if m.status == "oom":
+        console.print(oom_panel(m, ex.root))
+    console.print(figures_table(m))
+    for note in notes(m, ex):
+        console.print(Text(f"Note: {note}", style="yellow"))
+    if line := workload_line(m):
+        console.print(Text(line, style="dim"))
+    if m.oom:
+        console.print(f"It does not fit yet. `oomlab hint {ex.id}` when you want a nudge.")
+        raise typer.Exit(1)
+    console.print(f"It ran within the budget. `oomlab check {ex.id}` grades it against the reference.")
+
+
+def grade_and_show(ex: Exercise, progress: Progress) -> Report:
+    first = not StateDir(ex.root).references.is_dir()
+    with measuring(ex, "Checking (first time here: the reference solution too)" if first else "Checking"):
+        report = grade(ex, ex.learner_path)
+    print_report(console, report)
+    if report.passed:
+        progress.mark_passed(ex.id)
+        console.print(Text(f"✓ {ex.id} passes.", style="bold green"))
+    else:
+        console.print(Text(f"✗ {ex.id} does not pass yet.", style="bold red") + Text(f" `oomlab hint {ex.id}` for a nudge."))
+    return report
+
+
+@app.command()
+def check(exercise: str = EXERCISE) -> None:
+    """Grade your version: every check, measured against the reference solution on this GPU."""
+    course, progress = load()
+    ex = course.get(exercise)
+    report = grade_and_show(ex, progress)
+    if not report.passed:
+        raise typer.Exit(1)
+    nxt = current(course, progress)
+    if nxt is not None:
+        console.print(f"Next: {nxt.id}. Run `oomlab` for what it is about.")
+    else:
+        console.print("That was the last exercise: every one passes.")
+
+
+@app.command()
+def hint(exercise: str = EXERCISE) -> None:
+    """The next hint: a nudge first, then which tool to use, then what to change."""
+    course, progress = load()
+    ex = course.get(exercise)
+    i = progress.next_hint(ex.id, len(ex.hints))
+    console.print(Panel(Text(ex.hints[i]), title=f"Hint {i + 1} of {len(ex.hints)} for {ex.id}", title_align="left"))
+    if i + 1 < len(ex.hints):
+        console.print(Text(f"  (`oomlab hint {ex.id}` again for the next)", style="dim"))
+
+
+@app.command()
+def watch(
+    exercise: Optional[str] = typer.Argument(None, help="exercise id or number (default: the current one)"),
+    interval: float = typer.Option(0.5, help="seconds between looks at the file"),
+    max_checks: int = typer.Option(0, hidden=True, help="stop after this many checks (0: never)"),
+) -> None:
+    """Re-check the exercise every time you save it; moves on to the next one when it passes."""
+    course, progress = load()
+    ex = course.get(exercise) if exercise else current(course, progress)
+    checks, seen = 0, None
+    while ex is not None:
+        try:
+            stamp = ex.learner_path.stat().st_mtime_ns
+        except FileNotFoundError:
+            stamp = -1
+        if stamp != seen:
+            seen = stamp
+            console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
+            report = grade_and_show(ex, progress)
+            checks += 1
+            if report.passed and exercise is None:
+                ex = current(course, progress)
+                seen = None
+                if ex is not None:
+                    console.print(Panel(Text(ex.summary), title=f"Next: {ex.id}: {ex.title}", title_align="left"))
+                    console.print(next_steps(ex))
+                continue
+            console.print(Text(f"Watching {relpath(ex.learner_path, ex.root)}; save to re-check, Ctrl-C to stop.", style="dim"))
+        if max_checks and checks >= max_checks:
+            return
+        time.sleep(interval)
+    console.print(Text("Every exercise passes.", style="bold green"))
+
+
+@app.command()
+def reset(exercise: str = EXERCISE) -> None:
+    """Put the original exercise back; your version is kept as a backup."""
+    course, _ = load()
+    ex = course.get(exercise)
+    backup = reset_exercise(ex)
+    path = relpath(ex.learner_path, ex.root)
+    if backup is None:
+        console.print(f"{path} is already the original.")
+    else:
+        console.print(f"Restored {path}. Your version is kept at {relpath(backup, ex.root)}.")
+
+
+@app.command()
+def solution(exercise: str = EXERCISE) -> None:
+    """The reference fix, as a diff against the original: only once your version passes."""
+    course, progress = load()
+    ex = course.get(exercise)
+    if not progress.passed(ex.id):
+        console.print(f"The solution opens once {ex.id} passes `oomlab check {ex.id}`. `oomlab hint {ex.id}` helps meanwhile.")
+        raise typer.Exit(1)
+    fixed = ex.solution_path.read_text(encoding="utf-8")
+    diff = "".join(
+        difflib.unified_diff(
+            pristine_source(ex).splitlines(keepends=True),
+            fixed.splitlines(keepends=True),
+            fromfile=f"exercises/{ex.id}/{ex.file} (original)",
+            tofile=f"solutions/{ex.id}/{ex.file}",
+        )
+    )
+    if diff:
+        console.print(Syntax(diff, "diff", theme="ansi_dark"))
+    else:  # the original was first seen already fixed: show the whole reference fix
+        console.print(Syntax(fixed, "python", theme="ansi_dark", line_numbers=True))
+    console.print(Text(f"Whole file: {relpath(ex.solution_path, ex.root)}", style="dim"))
+
+
+@app.command()
+def doctor() -> None:
+    """Is this machine ready? Python, torch, GPU, whether each budget fits, allocator settings."""
+    from oomlab.measure.machine import diagnose
+
+    with console.status("Looking at Python, torch and the GPU…"):
+        rows, ready = diagnose()
+    table = Table(header_style="bold")
+    for col in ("", "item", "finding"):
+        table.add_column(col)
+    marks = {"ok": Text("ok", style="green"), "warn": Text("warn", style="yellow"), "fail": Text("FAIL", style="bold red")}
+    for level, item, finding in rows:
+        table.add_row(marks[level], item, finding)
+    console.print(table)
+    if not ready:
+        console.print(
+            "Measuring (`oomlab run`, `check`, `watch`, `dev verify`) needs what is marked FAIL. "
+            "Without it, `oomlab list`, `hint`, `reset` and the course pages still work."
+        )
+        raise typer.Exit(1)
+    console.print(Text("Ready: every exercise can be measured here.", style="green"))

@@ -1,0 +1,109 @@
+"""The workflow's tools as commands: one per step (``oomlab snapshot | hunt | profile``), and ``diagnose``.
+
+Each works on an exercise (by id or number, under its budget) or on any
+script with its arguments (``oomlab hunt --budget 2GiB train.py -- --lr 3e-4``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.panel import Panel
+from rich.text import Text
+
+from oomlab.cli import app, console
+from oomlab.steps import STEPS, fix_first
+from oomlab.tools import analysis, presenter
+from oomlab.tools.run import Target, default_out_dir, resolve, run_tool
+
+TARGET = typer.Argument(
+    ..., help="an exercise id or number, or a script and its arguments (put -- before options meant for the script)"
+)
+BUDGET = typer.Option(None, help="memory cap such as 2GiB (default: the exercise's budget; a script runs uncapped)")
+TIME_LIMIT = typer.Option(None, help="seconds before the run is stopped")
+CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+def run_and_show(name: str, target: Target, out: Path | None) -> dict:
+    """Run one tool on the target, print what it found and draw its pictures."""
+    with console.status(f"{name}: running {target.label} with the probe in a fresh process…"):
+        m, result = run_tool(target, name, out)
+    run = result["run"]
+    ended = f"OOM at {run['where']}" if m.oom else ("finished" if m.status == "ok" else f"{m.status} {run['where']}")
+    console.rule(f"{name} · {target.label} · {ended} · {run['wall_s'] or 0:.1f} s")
+    show(name, result, Path(result["out_dir"]))
+    return result
+
+
+def show(name: str, result: dict, out_dir: Path) -> None:
+    """A tool's findings in the terminal, and its pictures drawn into ``out_dir``."""
+    present = presenter(name)
+    for part in present.render(result):
+        console.print(part)
+    if result.get("error"):
+        console.print(Text(f"The probe reported a problem: {result['error']}", style="yellow"))
+    try:
+        pictures = present.draw(result, out_dir)
+    except Exception as err:  # a picture is a bonus: the findings above stand without it
+        pictures = []
+        console.print(Text(f"Could not draw the pictures: {type(err).__name__}: {err}", style="yellow"))
+    for picture in pictures:
+        console.print(Text(f"Picture: {picture}", style="dim"))
+
+
+def tool_command(name: str, summary: str) -> None:
+    """Register ``oomlab NAME TARGET``: one tool, run once on the target."""
+
+    def command(
+        target: list[str] = TARGET,
+        budget: Optional[str] = BUDGET,
+        out: Optional[Path] = typer.Option(None, help="folder for the report and pictures"),
+        time_limit: Optional[float] = TIME_LIMIT,
+    ) -> None:
+        if name == "snapshot" and target[0].endswith((".pickle", ".pkl")):
+            show_snapshot_file(Path(target[0]), out)
+            return
+        run_and_show(name, resolve(target, budget, time_limit), out)
+
+    command.__doc__ = summary[:1].upper() + summary[1:] + "."
+    app.command(name, context_settings=CONTEXT)(command)
+
+
+def show_snapshot_file(path: Path, out: Path | None) -> None:
+    """Analyze a snapshot dumped earlier (by this tool or by torch.cuda.memory._dump_snapshot); nothing runs."""
+    snapshot = analysis("snapshot")
+    result = snapshot.analyze(snapshot.load_snapshot(path))
+    out_dir = out or default_out_dir(Target(path, (), None, "", 0, path.stem), "snapshot")
+    console.rule(f"snapshot · {path.name}")
+    show("snapshot", result, out_dir)
+
+
+for _step in STEPS:
+    tool_command(_step.name, f"step {_step.number}: {_step.summary}")
+
+
+@app.command(context_settings=CONTEXT)
+def diagnose(
+    target: list[str] = TARGET,
+    budget: Optional[str] = BUDGET,
+    out: Optional[Path] = typer.Option(None, help="folder for every tool's results"),
+    time_limit: Optional[float] = TIME_LIMIT,
+) -> None:
+    """Every step's tool in order, then one summary: what to fix first."""
+    resolved = resolve(target, budget, time_limit)
+    base = out or default_out_dir(resolved, "diagnose")
+    results = {s.name: run_and_show(s.name, resolved, base / s.name) for s in STEPS}
+    verdict = fix_first(results)
+    (base / "diagnose.json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+    body = Text()
+    for name, finding in verdict["findings"].items():
+        body.append(f"{name:<9}", style="bold")
+        body.append(f"{finding['kind']:<16}", style="cyan")
+        body.append(f"{finding['headline']}\n")
+    body.append("\nFix first: ", style="bold")
+    body.append(f"{verdict['headline']}\n{verdict['advice']}\n\n")
+    body.append(verdict["then"], style="dim")
+    console.print(Panel(body, title=f"diagnose · {resolved.label}", title_align="left", border_style="cyan"))

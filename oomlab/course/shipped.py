@@ -1,0 +1,75 @@
+"""The course as it ships with the package, and ``oomlab init``, which makes a folder to work in.
+
+In a wheel the course (exercises, solutions, graders) sits inside the package,
+under ``oomlab/_course/``; in a source checkout it is the checkout itself. A
+learner's course folder made by :func:`init_course` holds a copy of the
+exercises and the graders; the reference fixes stay in the package, out of
+sight until an exercise passes (``oomlab solution``).
+
+A folder with its own ``solutions/`` is a course's source (this repository, or
+a fork of it): its exercise files are the seeded bugs as shipped.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from oomlab.course.state import StateDir, write_atomic
+from oomlab.errors import OomLabError
+
+__all__ = ["COPIED", "init_course", "shipped_root"]
+
+PACKAGE = Path(__file__).resolve().parents[1]
+COPIED = ("exercises", "graders")  # what a learner's folder gets; solutions stay in the package
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+
+
+def shipped_root() -> Path | None:
+    """The folder holding the shipped ``exercises/`` and ``solutions/``, or None if this install has none."""
+    bundled = PACKAGE / "_course"
+    if (bundled / "exercises").is_dir():
+        return bundled
+    source = PACKAGE.parent
+    if (source / "exercises").is_dir() and (source / "solutions").is_dir() and (source / "pyproject.toml").is_file():
+        return source
+    return None
+
+
+def is_source(root: Path) -> bool:
+    """Whether ``root`` is a course's source (it carries ``solutions/``), not a learner's copy made by ``init``."""
+    return (Path(root) / "solutions").is_dir()
+
+
+def init_course(dest: Path) -> list[Path]:
+    """Write a fresh course folder at ``dest``: exercises, graders, and the originals ``reset`` restores.
+
+    Refuses a folder that already holds files (nothing of the learner's is ever
+    overwritten); returns the top-level paths written.
+    """
+    from oomlab.course import Course  # the shipped course's exercises, validated
+
+    shipped = shipped_root()
+    if shipped is None:
+        raise OomLabError("This installation of oomlab carries no course.", "Reinstall it: pip install oomlab")
+    dest = Path(dest).expanduser()
+    if dest.exists() and not dest.is_dir():
+        raise OomLabError(f"{dest} exists and is not a folder.", "Name a new folder: oomlab init my-course")
+    if dest.is_dir() and any(dest.iterdir()):
+        what = "is an OOM Lab course already" if (dest / "exercises").is_dir() else "is not empty"
+        raise OomLabError(f"{dest} {what}; nothing was changed.", "Name a new or empty folder: oomlab init my-course")
+    course = Course(shipped)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        for folder in COPIED:
+            shutil.copytree(shipped / folder, dest / folder, ignore=IGNORED)
+        state = StateDir(dest)
+        for ex in course.exercises:
+            write_atomic(state.original(ex.id, ex.file), ex.learner_path.read_text(encoding="utf-8"))
+        (dest / ".gitignore").write_text(f"{state.path.name}/\n__pycache__/\n", encoding="utf-8")
+    except OSError as err:
+        raise OomLabError(
+            f"Could not write the course into {dest}: {err.strerror or err}.",
+            "Choose a folder you can write to.",
+        ) from None
+    return [dest / folder for folder in COPIED]

@@ -1,0 +1,645 @@
+"""Reading an allocator snapshot and explaining it: pure functions over plain data.
+
+:func:`load_snapshot` reads a pickle (ours or torch's ``_dump_snapshot``) and
+:func:`normalize` checks it and fills in what older torch versions leave out;
+:func:`analyze` turns it into the tool's JSON-ready result: totals, the
+segments' occupancy, the segments live blocks pin, who owns the live bytes,
+the memory over the recorded history (:func:`timeline`), and the
+:func:`verdict`. :func:`shareable` is the copy that goes into a shared pickle.
+
+Standard library only (and oomlab's standard-library modules): the probe
+imports this inside the measured process, and the tests drive it with
+synthetic snapshots and no GPU.
+"""
+
+from __future__ import annotations
+
+import io
+import linecache
+import os
+import pickle
+from pathlib import Path
+
+from oomlab.errors import OomLabError
+from oomlab.frames import is_library, is_script, portable
+from oomlab.units import MIB, format_bytes
+
+__all__ = [
+    "allocation_site",
+    "analyze",
+    "device_trace",
+    "downsample",
+    "load_snapshot",
+    "normalize",
+    "oom_events",
+    "shareable",
+    "site_text",
+    "state_of",
+    "timeline",
+    "verdict",
+]
+
+TOOL = "snapshot"
+SMALL_REQUEST_MAX = 1 << 20  # kSmallSize: requests up to 1 MiB come from the small pool
+MAX_TIMELINE_POINTS = 2000
+MAX_LISTED_SEGMENTS = 500  # in the JSON; the totals always cover every segment
+MAX_LISTED_PINNED = 100
+MAX_LISTED_OWNERS = 20
+STRANDED_SHARE = 0.2  # stranded free space worth calling fragmentation, as a share of reserved
+STRANDED_FLOOR = 32 * MIB  # ... and at least this much, so a few small-pool segments don't count
+
+LIVE, PENDING, FREE = "live", "pending", "free"
+RESERVED_DELTA = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+# A block stops being allocated when it is freed (free_requested); free_completed only ends the
+# wait on other streams, as the snapshot's active_allocated vs active_pending_free says. Both
+# entries carry the block's requested size, not its rounded size.
+ALLOCATED_DELTA = {"alloc": 1, "free_requested": -1}
+
+_FOREIGN_TODO = (
+    "Take the snapshot again with torch 2.4 or newer (torch.cuda.memory._snapshot()), or run the exercise with the snapshot tool."
+)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """A snapshot is plain dicts, lists, strings and numbers: refuse any class or function.
+
+    This also keeps a pickle from elsewhere from running code when we open it.
+    """
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"it refers to the Python object {module}.{name}")
+
+
+def load_snapshot(path) -> dict:
+    """Read a pickled snapshot, checked and filled in for :func:`analyze`.
+
+    Raises :class:`oomlab.errors.OomLabError` saying what is wrong and what to
+    do for a missing file, a file that is not a (complete) pickle, a pickle
+    that is not a snapshot, or a snapshot in a format this tool does not know.
+    """
+    path = Path(path)
+    retake = "Run the exercise again with the snapshot tool to write a new one."
+    if not path.exists():
+        raise OomLabError(f"No snapshot at {path}.", retake)
+    if path.is_dir():
+        raise OomLabError(f"{path} is a folder, not a snapshot file.", "Give the path of the .pickle file.")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise OomLabError(f"Cannot read {path}: {err.strerror or err}.", "Check the file's permissions.") from None
+    if not data:
+        raise OomLabError(f"{path} is empty: the run stopped before the snapshot was written.", retake)
+    try:
+        snapshot = _PlainDataUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as err:
+        if "refers to the Python object" in str(err):
+            raise OomLabError(
+                f"{path} is a pickle but not an allocator snapshot: {err}.",
+                "Give the file written by torch.cuda.memory._dump_snapshot() or by this tool.",
+            ) from None
+        raise OomLabError(f"{path} is not a readable pickle (corrupt or truncated): {err}.", retake) from None
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError, RecursionError) as err:
+        raise OomLabError(
+            f"{path} is not a readable pickle (corrupt or truncated): {type(err).__name__}: {err}.", retake
+        ) from None
+    if isinstance(snapshot, list):  # torch's own loader takes a bare list of segments too
+        snapshot = {"segments": snapshot, "device_traces": []}
+    if not isinstance(snapshot, dict) or "segments" not in snapshot:
+        if isinstance(snapshot, dict):
+            what = f"a dict with keys {sorted(map(str, snapshot))[:8]}"
+        else:
+            what = type(snapshot).__name__
+        raise OomLabError(
+            f"{path} is a pickle but not an allocator snapshot: it holds {what}, with no 'segments'.",
+            "Give the file written by torch.cuda.memory._dump_snapshot() or by this tool.",
+        )
+    return normalize(snapshot, where=str(path))
+
+
+def normalize(snapshot: dict, where: str = "the snapshot") -> dict:
+    """Check that a snapshot has what the analysis needs and fill in what older versions lack.
+
+    Needs per segment ``address``, ``total_size`` and ``blocks``, per block
+    ``size`` and ``state``. Optional keys get defaults: ``segment_type`` from the
+    size, ``requested_size`` = ``size``, ``frames`` from a legacy ``history``.
+    """
+    segments = snapshot.get("segments")
+    if not isinstance(segments, list):
+        raise OomLabError(f"{where}: 'segments' is a {type(segments).__name__}, not a list.", _FOREIGN_TODO)
+    missing: set[str] = set()
+    states: set[str] = set()
+    for seg in segments:
+        if not isinstance(seg, dict):
+            raise OomLabError(f"{where}: a segment is a {type(seg).__name__}, not a dict.", _FOREIGN_TODO)
+        missing.update(f"segment '{k}'" for k in ("address", "total_size", "blocks") if k not in seg)
+        for block in seg.get("blocks") or []:
+            if not isinstance(block, dict):
+                raise OomLabError(f"{where}: a block is a {type(block).__name__}, not a dict.", _FOREIGN_TODO)
+            missing.update(f"block '{k}'" for k in ("size", "state") if k not in block)
+            if isinstance(block.get("state"), str):
+                states.add(block["state"])
+    if missing:
+        raise OomLabError(
+            f"{where} was written in a snapshot format this tool does not know (another torch version?): "
+            f"missing {', '.join(sorted(missing))}.",
+            _FOREIGN_TODO,
+        )
+    unknown = sorted(s for s in states if state_of(s) is None)
+    if unknown:
+        raise OomLabError(f"{where} has block states this tool does not know: {', '.join(unknown)}.", _FOREIGN_TODO)
+
+    out_segments = []
+    for seg in segments:
+        blocks = []
+        for block in seg["blocks"]:
+            frames = block.get("frames")
+            if frames is None and block.get("history"):  # torch < 2.1 kept frames in history
+                frames = block["history"][0].get("frames", [])
+            requested = block.get("requested_size", block["size"])
+            blocks.append({**block, "requested_size": requested, "frames": frames or []})
+        total = seg["total_size"]
+        out_segments.append(
+            {
+                **seg,
+                "stream": seg.get("stream", 0),
+                "segment_type": seg.get("segment_type") or ("small" if total <= 2 * MIB else "large"),
+                "blocks": blocks,
+            }
+        )
+    traces = snapshot.get("device_traces") or []
+    if not isinstance(traces, list) or any(not isinstance(t, list) for t in traces):
+        raise OomLabError(f"{where}: 'device_traces' is not a list of lists.", _FOREIGN_TODO)
+    return {**snapshot, "segments": out_segments, "device_traces": traces}
+
+
+def state_of(state: str) -> str | None:
+    """A block's state as the analysis counts it: :data:`LIVE`, :data:`PENDING`, :data:`FREE`, or None if unknown."""
+    if state == "active_allocated":
+        return LIVE
+    if state.startswith("active_"):  # active_pending_free; the docs spell it active_awaiting_free
+        return PENDING
+    if state == "inactive":
+        return FREE
+    return None
+
+
+def shareable(snapshot: dict, root: str | None = None, labels: dict[str, str] | None = None) -> dict:
+    """A copy of ``snapshot`` whose frames name files with nothing of this machine in them.
+
+    Every frame's ``filename`` (the segments', the blocks', a legacy block
+    history's and the history entries') goes through :func:`oomlab.frames.portable`
+    with ``root`` and ``labels``. Only the dicts on the way to a frame are
+    copied; ``snapshot`` itself keeps its absolute paths, which the analysis
+    needs to read source lines.
+    """
+    names: dict = {}  # a run has a few files and up to millions of frames: work each name out once
+
+    def frames(stack):
+        out = []
+        for frame in stack:
+            if isinstance(frame, dict) and "filename" in frame:
+                filename = frame["filename"]
+                if filename not in names:
+                    names[filename] = portable(filename, root, labels)
+                frame = {**frame, "filename": names[filename]}
+            out.append(frame)
+        return out
+
+    def with_frames(entry):
+        if not isinstance(entry, dict):
+            return entry
+        entry = dict(entry)
+        if isinstance(entry.get("frames"), list):
+            entry["frames"] = frames(entry["frames"])
+        if isinstance(entry.get("history"), list):
+            entry["history"] = [with_frames(h) for h in entry["history"]]
+        return entry
+
+    segments = []
+    for seg in snapshot.get("segments") or []:
+        seg = with_frames(seg)
+        if isinstance(seg, dict) and isinstance(seg.get("blocks"), list):
+            seg["blocks"] = [with_frames(b) for b in seg["blocks"]]
+        segments.append(seg)
+    traces = [
+        [with_frames(e) for e in trace] if isinstance(trace, list) else trace for trace in snapshot.get("device_traces") or []
+    ]
+    return {**snapshot, "segments": segments, "device_traces": traces}
+
+
+# --------------------------------------------------------------------------- what happened
+
+
+def device_trace(snapshot: dict) -> list:
+    """The history of the device that holds the segments (else the longest history)."""
+    traces = snapshot.get("device_traces") or []
+    devices = {seg.get("device") for seg in snapshot.get("segments", []) if isinstance(seg.get("device"), int)}
+    if len(devices) == 1:
+        device = devices.pop()
+        if 0 <= device < len(traces) and traces[device]:
+            return traces[device]
+    return max(traces, key=len, default=[])
+
+
+def oom_events(snapshot: dict) -> list[dict]:
+    """Every "oom" entry of the history: index, requested (rounded) bytes, CUDA's free bytes, stack."""
+    return [
+        {"index": i, "size": int(e.get("size", 0)), "device_free": e.get("device_free"), "frames": e.get("frames") or []}
+        for i, e in enumerate(device_trace(snapshot))
+        if e.get("action") == "oom"
+    ]
+
+
+def allocation_site(frames: list, script: str | None = None) -> dict:
+    """Where a block was allocated: the innermost frame in ``script``, else outside torch and libraries.
+
+    Returns ``{"label": "train.py:31", "file", "line", "function", "code"}``;
+    ``code`` is the source line when the file can be read here.
+    """
+    frames = [f for f in frames or [] if isinstance(f, dict) and f.get("filename")]
+    chosen = None
+    if script:
+        chosen = next((f for f in frames if is_script(f["filename"], script)), None)
+    if chosen is None:
+        chosen = next((f for f in frames if not is_library(f["filename"])), None)
+    if chosen is None:
+        # No Python frame: allocated by the autograd engine's own thread (backward) or C++ internals.
+        label = "no Python stack (backward pass or C++)" if not frames else "inside torch or a library"
+        return {"label": label, "file": None, "line": None, "function": None, "code": ""}
+    filename, line = chosen["filename"], int(chosen.get("line") or 0)
+    return {
+        "label": f"{os.path.basename(filename)}:{line}",
+        "file": filename,
+        "line": line,
+        "function": chosen.get("name"),
+        "code": linecache.getline(filename, line).strip() if line else "",
+    }
+
+
+def site_text(site: dict) -> str:
+    """``train.py:31 (features.append(encoder(x)))``, or the label alone when the source is not at hand."""
+    return f"{site['label']} ({site['code']})" if site.get("code") else site["label"]
+
+
+# --------------------------------------------------------------------------- the analysis
+
+
+def analyze(
+    snapshot: dict,
+    *,
+    failed_request: int | None = None,
+    script: str | None = None,
+    budget_bytes: int | None = None,
+    max_entries: int | None = None,
+) -> dict:
+    """Explain a snapshot: totals, segment occupancy, pinned segments, owners, timeline, verdict.
+
+    Args:
+        snapshot: what ``torch.cuda.memory._snapshot()`` returned (or :func:`load_snapshot`).
+        failed_request: bytes of the request that failed; default: the last "oom" in the history.
+        script: the learner's script, to name allocation sites in it rather than in torch.
+        budget_bytes: the run's memory cap, for the verdict and the timeline picture.
+        max_entries: the history's ring-buffer size, to tell a truncated history.
+
+    Returns the JSON-ready result: ``kind``, ``headline``, ``culprit_bytes``
+    (see :func:`verdict`), ``totals``, ``oom``, ``segments``, ``pinned``,
+    ``pinned_groups``, ``owners``, ``timeline`` and ``notes``.
+    """
+    snapshot = normalize(snapshot)
+    notes: list[str] = []
+    segments = [_segment_row(seg, script) for seg in snapshot["segments"]]
+
+    reserved = sum(s["total"] for s in segments)
+    free_in_pool = {pool: sum(s["free"] for s in segments if s["pool"] == pool) for pool in ("small", "large")}
+    largest_in_pool = {
+        pool: max((s["largest_free"] for s in segments if s["pool"] == pool), default=0) for pool in ("small", "large")
+    }
+    totals = {
+        "reserved": reserved,
+        "allocated": sum(s["live"] for s in segments),
+        "requested": sum(s["requested"] for s in segments),
+        "pending_free": sum(s["pending"] for s in segments),
+        "free": sum(s["free"] for s in segments),
+        "non_releasable": sum(s["free"] for s in segments if s["live"] or s["pending"]),
+        "releasable": sum(s["total"] for s in segments if not s["live"] and not s["pending"]),
+        "pinned_free": sum(s["free"] for s in segments if s["pinned"]),
+        "largest_free_block": max(largest_in_pool.values()),
+        "largest_free_block_small_pool": largest_in_pool["small"],
+        "largest_free_block_large_pool": largest_in_pool["large"],
+        "segments": len(segments),
+        "segments_pinned": sum(1 for s in segments if s["pinned"]),
+    }
+
+    ooms = oom_events(snapshot)
+    source = "argument" if failed_request is not None else None
+    if failed_request is None and ooms:
+        failed_request, source = ooms[-1]["size"], "trace"
+    oom = {
+        "failed_request": failed_request,
+        "source": source,
+        "device_free": ooms[-1]["device_free"] if ooms else None,
+        "failed_at": allocation_site(ooms[-1]["frames"], script) if ooms else None,
+        "events": len(ooms),
+    }
+    if failed_request is not None:
+        pool = "small" if failed_request <= SMALL_REQUEST_MAX else "large"
+        oom.update(
+            pool=pool,
+            free_in_pool=free_in_pool[pool],
+            largest_free_in_pool=largest_in_pool[pool],
+            fits_in_a_free_block=largest_in_pool[pool] >= failed_request,
+            free_would_cover=free_in_pool[pool] >= failed_request,
+        )
+        if oom["fits_in_a_free_block"]:
+            notes.append(
+                "The snapshot now has a free block large enough for the failed request. It was taken after the "
+                "failed operation gave back its temporaries, so that block may have been in use at the moment of "
+                "the OOM; or it sits on another stream, or max_split_size_mb keeps it from being split."
+            )
+
+    pinned_rows = [s for s in segments if s["pinned"]]
+    pinned_rows.sort(key=lambda s: s["free"], reverse=True)
+    groups = _pinned_groups(pinned_rows)
+    owners = _owners(snapshot["segments"], script)
+    # The history records requested (unrounded) sizes, so it is anchored on the live blocks' requested bytes.
+    history = timeline(device_trace(snapshot), totals["requested"], reserved, max_entries)
+    if history["starts_mid_run"]:
+        notes.append(history["note"])
+
+    result = {
+        "tool": TOOL,
+        "script": script,
+        "budget_bytes": budget_bytes,
+        "totals": totals,
+        "oom": oom,
+        "segments": [_public_segment(s) for s in sorted(segments, key=lambda s: s["free"], reverse=True)][:MAX_LISTED_SEGMENTS],
+        "segments_left_out": max(0, len(segments) - MAX_LISTED_SEGMENTS),
+        "pinned": [
+            {k: s[k] for k in ("address", "pool", "total", "live", "free", "largest_free", "pinners")}
+            for s in pinned_rows[:MAX_LISTED_PINNED]
+        ],
+        "pinned_left_out": max(0, len(pinned_rows) - MAX_LISTED_PINNED),
+        "pinned_groups": groups,
+        "owners": owners[:MAX_LISTED_OWNERS],
+        "owners_left_out": max(0, len(owners) - MAX_LISTED_OWNERS),
+        "timeline": history,
+        "notes": notes,
+    }
+    result.update(verdict(totals, oom, groups, owners, budget_bytes))
+    return result
+
+
+def _segment_row(seg: dict, script: str | None) -> dict:
+    """One segment's occupancy, its block layout (same-state runs merged) and its pinning blocks."""
+    live = pending = free = requested = largest_free = live_blocks = 0
+    layout: list[list] = []
+    pinners = []
+    offset = 0
+    for block in seg["blocks"]:
+        state = state_of(block["state"])
+        size = int(block["size"])
+        if state == LIVE:
+            live += size
+            requested += int(block["requested_size"])
+            live_blocks += 1
+            pinners.append(block)
+        elif state == PENDING:
+            pending += size
+        else:
+            free += size
+            largest_free = max(largest_free, size)
+        # Free blocks stay one by one: a request must fit in one of them, not in their sum.
+        if layout and layout[-1][2] == state and state != FREE:
+            layout[-1][1] += size
+        else:
+            layout.append([offset, size, state])
+        offset += size
+    pinned = live_blocks > 0 and free > 0
+    row = {
+        "address": int(seg["address"]),
+        "pool": seg["segment_type"],
+        "stream": seg["stream"],
+        "expandable": bool(seg.get("is_expandable", False)),
+        "total": int(seg["total_size"]),
+        "live": live,
+        "requested": requested,
+        "pending": pending,
+        "free": free,
+        "largest_free": largest_free,
+        "live_blocks": live_blocks,
+        "pinned": pinned,
+        "layout": layout,
+        "pinners": [],
+    }
+    if pinned:
+        pinners.sort(key=lambda b: b["size"], reverse=True)
+        row["pinners"] = [
+            {"size": int(b["size"]), "requested": int(b["requested_size"]), "site": allocation_site(b["frames"], script)}
+            for b in pinners[:5]
+        ]
+    return row
+
+
+def _public_segment(row: dict) -> dict:
+    """A segment as the JSON lists it; pinners go under ``pinned`` and requested bytes into the totals."""
+    return {k: v for k, v in row.items() if k not in ("pinners", "requested")}
+
+
+def _pinned_groups(pinned_rows: list[dict]) -> list[dict]:
+    """Pinned segments alike in size, pinning block and site, counted together, most stranded first."""
+    groups: dict[tuple, dict] = {}
+    for row in pinned_rows:
+        top = row["pinners"][0]
+        key = (row["total"], top["size"], top["site"]["label"], row["live_blocks"])
+        group = groups.setdefault(
+            key,
+            {
+                "count": 0,
+                "segment_size": row["total"],
+                "pinner_size": top["size"],
+                "live_blocks": row["live_blocks"],
+                "site": top["site"],
+                "free_bytes": 0,
+            },
+        )
+        group["count"] += 1
+        group["free_bytes"] += row["free"]
+    ordered = sorted(groups.values(), key=lambda g: g["free_bytes"], reverse=True)
+    for group in ordered:
+        group["summary"] = _group_sentence(group)
+    return ordered
+
+
+def _group_sentence(group: dict) -> str:
+    n, where = group["count"], site_text(group["site"])
+    are = "are each" if n != 1 else "is"
+    segs = f"{n} segment{'s' if n != 1 else ''} of {format_bytes(group['segment_size'])} {are}"
+    if group["live_blocks"] == 1:
+        by = f"pinned by a {format_bytes(group['pinner_size'])} block allocated at {where}"
+    else:
+        by = (
+            f"pinned by {group['live_blocks']} live blocks, the largest {format_bytes(group['pinner_size'])} allocated at {where}"
+        )
+    return f"{segs} {by}, leaving {format_bytes(group['free_bytes'])} free that cannot be released"
+
+
+def _owners(segments: list[dict], script: str | None) -> list[dict]:
+    """Live bytes grouped by allocation site, largest first."""
+    by_site: dict[str, dict] = {}
+    for seg in segments:
+        for block in seg["blocks"]:
+            if state_of(block["state"]) != LIVE:
+                continue
+            site = allocation_site(block["frames"], script)
+            owner = by_site.setdefault(site["label"], {**site, "site": site["label"], "bytes": 0, "blocks": 0})
+            owner["bytes"] += int(block["size"])
+            owner["blocks"] += 1
+    return sorted(by_site.values(), key=lambda o: o["bytes"], reverse=True)
+
+
+# --------------------------------------------------------------------------- over time
+
+
+def timeline(trace: list, end_allocated: int, end_reserved: int, max_entries: int | None) -> dict:
+    """Allocated and reserved bytes after each recorded event, anchored on the snapshot's end state.
+
+    The ring buffer keeps only the last ``max_entries`` events, so the history
+    may begin mid-run: walking back from the known end state gives the right
+    absolute figures either way.
+    """
+    deltas_alloc, deltas_res, times = [], [], []
+    oom_indices = []
+    for i, e in enumerate(trace):
+        action = e.get("action")
+        size = int(e.get("size", 0) or 0)
+        deltas_alloc.append(ALLOCATED_DELTA.get(action, 0) * size)
+        deltas_res.append(RESERVED_DELTA.get(action, 0) * size)
+        times.append(e.get("time_us"))
+        if action == "oom":
+            oom_indices.append(i + 1)
+    start_alloc = end_allocated - sum(deltas_alloc)
+    start_res = end_reserved - sum(deltas_res)
+    alloc, res = [start_alloc], [start_res]
+    for da, dr in zip(deltas_alloc, deltas_res, strict=True):
+        alloc.append(alloc[-1] + da)
+        res.append(res[-1] + dr)
+    index = list(range(len(alloc)))  # point i: the state after event i (0: before the first one)
+
+    full = max_entries is not None and len(trace) >= max_entries
+    starts_mid_run = full or start_alloc > 0 or start_res > 0
+    has_time = bool(trace) and all(t is not None for t in times)
+    time_us = [times[0], *times] if has_time else None
+    index, alloc, res, time_us = downsample(index, alloc, res, time_us, MAX_TIMELINE_POINTS)
+    if not trace:
+        note = "No allocation history was recorded."
+    elif starts_mid_run:
+        note = (
+            f"The recorded history ({len(trace)} events) starts mid-run"
+            + (f" (the ring buffer keeps the last {max_entries})" if full else "")
+            + f": {format_bytes(start_alloc)} were already allocated and {format_bytes(start_res)} reserved "
+            "before its first event; figures are reconstructed backwards from the snapshot's end state."
+        )
+    else:
+        note = f"The recorded history covers the whole run ({len(trace)} events)."
+    return {
+        "events": len(trace),
+        "index": index,
+        "allocated": alloc,
+        "reserved": res,
+        "time_us": time_us,
+        "oom_indices": oom_indices,
+        "peak_allocated": max(alloc) if alloc else 0,
+        "peak_reserved": max(res) if res else 0,
+        "starts_mid_run": starts_mid_run,
+        "reconstructed_from_end": True,
+        "allocated_means": "requested bytes of live blocks, as the history records them (allocated_bytes rounds up)",
+        "note": note,
+    }
+
+
+def downsample(index: list, alloc: list, res: list, time_us: list | None, limit: int) -> tuple:
+    """At most ``limit`` points, keeping each bucket's highest values so no peak is lost."""
+    n = len(index)
+    if n <= limit:
+        return index, alloc, res, time_us
+    step = -(-n // limit)
+    out_i, out_a, out_r, out_t = [], [], [], []
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        peak = max(range(lo, hi), key=lambda k: (alloc[k], res[k]))
+        out_i.append(index[peak])
+        out_a.append(max(alloc[lo:hi]))
+        out_r.append(max(res[lo:hi]))
+        if time_us is not None:
+            out_t.append(time_us[peak])
+    return out_i, out_a, out_r, (out_t if time_us is not None else None)
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def verdict(totals: dict, oom: dict, groups: list, owners: list, budget: int | None) -> dict:
+    """``kind``, ``headline`` and ``culprit_bytes``.
+
+    fragmentation: the run failed (or reserved is high) and free space is
+    stranded: the request would have fitted in the free bytes but not in any one
+    free block, or non-releasable bytes are at least 20% of reserved (and at
+    least 32 MiB, or 5% of the budget). live-memory: the run failed and memory
+    is mostly live. none: otherwise.
+    """
+    request = oom["failed_request"]
+    reserved, stranded = totals["reserved"], totals["non_releasable"]
+    floor = 0.05 * budget if budget else STRANDED_FLOOR
+    stranded_much = reserved > 0 and stranded >= max(STRANDED_SHARE * reserved, floor)
+    if request is not None:
+        split = oom["free_would_cover"] and not oom["fits_in_a_free_block"]
+        kind = "fragmentation" if split or stranded_much else "live-memory"
+    else:
+        high = budget is None or reserved >= 0.5 * budget
+        kind = "fragmentation" if stranded_much and high else "none"
+
+    if kind == "fragmentation":
+        top_group = groups[0] if groups else None
+        if top_group:
+            many = top_group["count"] != 1
+            culprit = (
+                f"{top_group['count']} segment{'s are' if many else ' is'} pinned by "
+                f"{format_bytes(top_group['pinner_size'])} block{'s' if many else ''} from "
+                f"{site_text(top_group['site'])}"
+            )
+        else:
+            culprit = f"{totals['segments']} segments hold free space that live blocks keep from being released"
+        if request is not None:
+            if oom["free_would_cover"]:
+                lead = f"OOM asking for {format_bytes(request)} with {format_bytes(oom['free_in_pool'])} free but split"
+            else:
+                lead = (
+                    f"OOM asking for {format_bytes(request)} while {format_bytes(stranded)} of reserved memory "
+                    "sat free but stranded"
+                )
+            lead += f" (largest free block {format_bytes(oom['largest_free_in_pool'])})"
+        else:
+            share = 100 * stranded / reserved
+            lead = (
+                f"No OOM, but {format_bytes(stranded)} ({share:.0f}% of {format_bytes(reserved)} reserved) is free space stranded"
+            )
+        return {"kind": kind, "headline": f"{lead}: {culprit}.", "culprit_bytes": int(stranded)}
+    if kind == "live-memory":
+        top = owners[0] if owners else None
+        biggest = (
+            f", the most ({format_bytes(top['bytes'])} in {top['blocks']} blocks) allocated at {site_text(top)}" if top else ""
+        )
+        headline = (
+            f"OOM asking for {format_bytes(request)} with only {format_bytes(oom['free_in_pool'])} free in the "
+            f"allocator's cache: {format_bytes(totals['allocated'])} of {format_bytes(reserved)} reserved is live"
+            f"{biggest}."
+        )
+        return {"kind": kind, "headline": headline, "culprit_bytes": int(top["bytes"]) if top else 0}
+    headline = (
+        f"No fragmentation: {format_bytes(totals['allocated'])} live in {format_bytes(reserved)} reserved, "
+        f"{format_bytes(stranded)} free but not releasable."
+    )
+    return {"kind": kind, "headline": headline, "culprit_bytes": 0}

@@ -1,0 +1,59 @@
+"""The committed reports describe the course and the code as they are now, and hold nothing of the machine that wrote them."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+from oomlab.course import Course
+from oomlab.grading.truth import all_runs, fingerprint, source_digest
+
+REPO = Path(__file__).resolve().parents[1]
+VERIFY = REPO / "course" / "measurements" / "verify.json"
+FIGURES = REPO / "course" / "figures"
+REGENERATE = "Run `make verify` on a GPU (oomlab dev verify) and commit what it writes."
+
+
+def test_verify_json_is_not_older_than_the_course_or_the_code_it_describes():
+    report = json.loads(VERIFY.read_text(encoding="utf-8"))
+    rows = {row["id"]: row for row in report["exercises"]}
+    stale = []
+    if report.get("code") != fingerprint():
+        stale.append("the measuring or grading code (oomlab/measure, oom.py, frames.py, checks, cheats) changed since")
+    for ex in Course(REPO).exercises:
+        if ex.id not in rows:
+            stale.append(f"{ex.id} is not in it")
+        elif rows[ex.id].get("sources") != source_digest(ex):
+            stale.append(f"{ex.id}'s manifest, script or reference fix changed since")
+    known = {ex.id for ex in Course(REPO).exercises}
+    stale += [f"it lists {ex_id}, which the course no longer has" for ex_id in rows if ex_id not in known]
+    assert not stale, f"{VERIFY.relative_to(REPO)} is stale: " + "; ".join(stale) + f". {REGENERATE}"
+
+
+def test_verify_json_says_every_run_behaved_as_its_exercise_says():
+    report = json.loads(VERIFY.read_text(encoding="utf-8"))
+    wrong = [f"{row['id']}: {run['name']}" for row in report["exercises"] for run in all_runs(row) if not run["as_expected"]]
+    assert report["ok"] and not wrong, f"runs not as expected: {wrong}"
+    assert all(row["cheats"] for row in report["exercises"]), "every exercise is tried with the generic cheats"
+
+
+def frame_files(snapshot: dict) -> set[str]:
+    files = set()
+    for segment in snapshot.get("segments", []):
+        for block in segment.get("blocks", []):
+            files.update(f["filename"] for f in block.get("frames") or [])
+    for trace in snapshot.get("device_traces", []):
+        for entry in trace:
+            files.update(f["filename"] for f in entry.get("frames") or [])
+    return files
+
+
+def test_committed_snapshots_name_files_relative_to_the_course():
+    pickles = sorted(FIGURES.glob("*.pickle"))
+    assert pickles, "the site offers allocator snapshots"
+    for path in pickles:
+        files = frame_files(pickle.loads(path.read_bytes()))
+        absolute = sorted(f for f in files if f.startswith("/") or ":\\" in f)
+        assert not absolute, f"{path.name} names files of the machine that wrote it: {absolute[:3]}"
+        assert any(f.startswith(("exercises/", "solutions/")) for f in files), f"{path.name} never names the exercise's script"
