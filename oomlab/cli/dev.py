@@ -23,14 +23,17 @@ FIGURES_DIR = Path("course/figures")
 @dev_app.command()
 def verify(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the report (default: {VERIFY_JSON})"),
+    jobs: int = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)"),
 ) -> None:
     """The course's truth check: every reference fix passes, every seeded bug, wrong fix and cheat fails."""
     from oomlab.grading.truth import all_runs
     from oomlab.grading.truth import verify as verify_course
+    from oomlab.measure.machine import parallel_runs
 
     course = Course()
-    with console.status("Verifying…") as status:
-        report = verify_course(course.exercises, note=lambda s: status.update(f"Verifying: {s}…"))
+    jobs = jobs or parallel_runs([ex.budget_bytes for ex in course.exercises])
+    with console.status(f"Verifying, {jobs} runs at a time…") as status:
+        report = verify_course(course.exercises, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs)
     table = Table(header_style="bold", title=f"verify on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in (
         "exercise",
@@ -66,7 +69,7 @@ def verify(
     if not report["ok"]:
         console.print(Text("Verification failed: see the ✗ rows.", style="bold red"))
         raise typer.Exit(1)
-    console.print(Text(f"All as expected ({report['wall_s']} s).", style="green"))
+    console.print(Text(f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time.", style="green"))
 
 
 @dev_app.command()

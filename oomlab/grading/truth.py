@@ -17,8 +17,10 @@ so the two cannot disagree.
 from __future__ import annotations
 
 import datetime
+import itertools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,13 +151,8 @@ def fingerprint() -> str:
     return digest(GRADING_CODE)
 
 
-def verify_exercise(ex: Exercise, note: Callable[[str], None] = lambda _: None) -> tuple[dict, Measurement]:
-    note(f"{ex.id}: reference solution")
-    ref = reference_of(ex)
-    rows = []
-    for variant in variants(ex):
-        note(f"{ex.id}: {variant.kind} {variant.name}")
-        rows.append(check(variant, ref)[0])
+def exercise_row(ex: Exercise, ref: Measurement, rows: list[dict]) -> dict:
+    """One exercise's part of the report, from its reference and its variants' rows (in :func:`variants` order)."""
     by_kind = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
     row = {
         "id": ex.id,
@@ -168,25 +165,47 @@ def verify_exercise(ex: Exercise, note: Callable[[str], None] = lambda _: None) 
         "cheats": by_kind("cheat"),
     }
     row["repeatable"] = row["solution"]["repeatable"]
-    return row, ref
+    return row
 
 
-def verify(exercises, note: Callable[[str], None] = lambda _: None) -> dict:
-    """The whole course's truth check, as the report ``verify.json`` holds it."""
+def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> dict:
+    """The whole course's truth check, as the report ``verify.json`` holds it.
+
+    Every run is its own process under its own budget, so ``jobs`` runs go at
+    once: first each exercise's reference, then every variant against it. The
+    report is assembled in course order whatever order the runs end in, so it
+    reads the same for any ``jobs``.
+    """
     start = time.perf_counter()
-    results = [verify_exercise(ex, note) for ex in exercises]
-    rows = [row for row, _ in results]
-    ref = results[0][1] if results else None
+    exercises = list(exercises)
+    runs = [v for ex in exercises for v in variants(ex)]
+    finished = itertools.count(1)  # next() on it is atomic: safe from the pool's threads
+
+    def counted(variant: Variant, reference: Measurement) -> dict:
+        row = check(variant, reference)[0]
+        note(f"{next(finished)} of {len(runs)} runs measured ({variant.id})")
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads wait on child processes
+        note(f"the reference fixes of {len(exercises)} exercises, {jobs} at a time")
+        refs = dict(zip((ex.id for ex in exercises), pool.map(reference_of, exercises), strict=True))
+        rows = list(pool.map(lambda v: counted(v, refs[v.exercise.id]), runs))
+    report_rows = [
+        exercise_row(ex, refs[ex.id], [row for v, row in zip(runs, rows, strict=True) if v.exercise is ex]) for ex in exercises
+    ]
+    ref = refs[exercises[0].id] if exercises else None
     report = {
         "gpu": ref.gpu if ref else None,
         "torch": ref.torch if ref else None,
         "cuda": ref.cuda if ref else None,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": fingerprint(),
+        "jobs": jobs,
+        "runs": len(runs) + len(exercises),
         "wall_s": round(time.perf_counter() - start, 1),
-        "exercises": rows,
+        "exercises": report_rows,
     }
-    report["ok"] = all(r["as_expected"] for row in rows for r in all_runs(row))
+    report["ok"] = all(r["as_expected"] for row in report_rows for r in all_runs(row))
     return report
 
 

@@ -387,7 +387,7 @@ def measurements_page() -> str:
         f"| torch | {cell(str(report.get('torch')))} |",
         f"| CUDA | {cell(str(report.get('cuda')))} |",
         f"| Date | {measured_date(report)} |",
-        f"| Wall time | {report.get('wall_s', 'n/a')} s |",
+        f"| Wall time | {report.get('wall_s', 'n/a')} s for {report.get('runs', 'n/a')} runs, {report.get('jobs', 1)} at a time |",
         f"| Every run as expected | {'yes' if report.get('ok') else 'no'} |",
         "",
         "Each run is a fresh process under the exercise's budget. *Peak allocated* is the allocator's "

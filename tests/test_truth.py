@@ -1,0 +1,127 @@
+"""The one truth check on CPU: which runs it makes, how it judges each, and that running them at once changes nothing."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from oomlab.course import Course
+from oomlab.grading import truth
+from oomlab.grading.cheats import CHEATS
+from oomlab.grading.checks import CheckResult
+from oomlab.grading.verdict import Report
+from oomlab.measure.harness import Measurement
+
+REPO = Path(__file__).resolve().parents[1]
+STATS = {"peak_allocated": 100, "peak_reserved": 120, "inactive_split_peak": 10, "retries": 0, "inactive_split_final": 0}
+
+
+@pytest.fixture
+def course(course_copy) -> Course:
+    return Course(course_copy)
+
+
+def test_every_exercise_is_tried_with_its_fix_bug_wrong_fixes_and_every_cheat(course):
+    for ex in course.exercises:
+        runs = truth.variants(ex)
+        assert [v.kind for v in runs[:2]] == ["solution", "bug"]
+        assert [v.name for v in runs if v.kind == "wrong-fix"] == [f.name for f in ex.wrong_fixes]
+        assert [v.name for v in runs if v.kind == "cheat"] == [c.name for c in CHEATS]
+        assert runs[0].expect == frozenset() and runs[1].expect == {ex.symptom}
+        assert len({v.id for v in runs}) == len(runs)
+
+
+def test_variant_scripts_are_written_under_the_state_folder_and_the_fix_is_used_in_place(course):
+    ex = course.get("one-hot-peak")
+    by_name = {v.name: v for v in truth.variants(ex)}
+    assert by_name["solution"].script() == ex.solution_path
+    bug = by_name["bug"].script()
+    assert bug.is_relative_to(course.root / ".oomlab" / "variants") and bug.read_text() == ex.learner_path.read_text()
+    wrapped = by_name["catch-the-oom"].script()
+    assert (wrapped.parent / "wrapped.py").read_text() == ex.learner_path.read_text()  # the cheat runs the bug
+
+
+def fake_report(ex, failed: list[str], stats=STATS) -> Report:
+    m = Measurement(script="x.py", status="ok", stats=dict(stats))
+    checks = [CheckResult(name, name not in failed, "", "", "") for name in ["untampered", *ex.checks]]
+    return Report(ex, m, None, checks)
+
+
+@pytest.mark.parametrize(
+    "name,failed,as_expected",
+    [
+        ("solution", [], True),
+        ("solution", ["same_results"], False),
+        ("bug", ["no_oom"], True),  # its symptom
+        ("bug", ["same_results"], False),  # fails, but not with the symptom the manifest names
+        ("bug", [], False),
+        ("lift-the-budget", ["untampered"], True),  # any one of the checks that catch it
+        ("exit-early", ["no_oom"], False),
+    ],
+)
+def test_a_run_is_as_expected_only_when_it_fails_the_check_that_must_catch_it(course, monkeypatch, name, failed, as_expected):
+    ex = course.get("feature-cache")
+    variant = next(v for v in truth.variants(ex) if v.name == name)
+    monkeypatch.setattr(truth, "grade", lambda ex, script, reference: fake_report(ex, failed))
+    row, _ = truth.check(variant, Measurement(script="ref.py", status="ok", stats=dict(STATS)))
+    assert row["as_expected"] is as_expected
+
+
+def test_a_fix_whose_figures_do_not_repeat_the_reference_is_not_as_expected(course, monkeypatch):
+    ex = course.get("eval-graphs")
+    monkeypatch.setattr(truth, "grade", lambda ex, script, reference: fake_report(ex, [], {**STATS, "peak_reserved": 122}))
+    row, _ = truth.check(truth.variants(ex)[0], Measurement(script="ref.py", status="ok", stats=dict(STATS)))
+    assert row["repeatable"] is False and row["as_expected"] is False
+
+
+def test_running_at_once_reports_exactly_what_one_at_a_time_does(course, monkeypatch):
+    def reference(ex):
+        time.sleep(random.random() / 50)
+        return Measurement(
+            script="ref.py",
+            status="ok",
+            stats={**STATS, "peak_allocated": len(ex.id)},
+            gpu="G",
+            torch="T",
+            workload={"optimizer_steps": 3, "train_samples": 9, "inference_samples": 0},
+        )
+
+    def check(variant, ref):
+        time.sleep(random.random() / 50)  # runs end in any order
+        row = {
+            "name": variant.name,
+            "kind": variant.kind,
+            "as_expected": True,
+            "peak_allocated": hash(variant.id) % 1000,
+            "reference": ref.stats["peak_allocated"],
+        }
+        if variant.kind == "solution":
+            row["repeatable"] = True
+        return row, None
+
+    monkeypatch.setattr(truth, "reference_of", reference)
+    monkeypatch.setattr(truth, "check", check)
+    reports = [truth.verify(course.exercises, jobs=jobs) for jobs in (1, 4, 16)]
+    for report in reports:
+        for key in ("created", "wall_s", "jobs"):
+            report.pop(key)
+    assert reports[0] == reports[1] == reports[2]
+    first = reports[0]["exercises"][0]
+    assert first["id"] == course.exercises[0].id and first["solution"]["reference"] == len(first["id"])
+    assert reports[0]["ok"] and reports[0]["runs"] == sum(len(truth.variants(ex)) + 1 for ex in course.exercises)
+
+
+@pytest.mark.parametrize(
+    "free,cores,expected",
+    [(140 << 30, 16, 16), (140 << 30, 2, 2), (7 << 30, 16, 2), (2 << 30, 16, 1), (None, 16, 1)],
+    ids=["cores-bound", "few-cores", "memory-bound", "too-little-memory", "no-driver"],
+)
+def test_runs_at_once_are_bounded_by_cores_and_by_the_gpus_free_memory(monkeypatch, free, cores, expected):
+    from oomlab.measure import machine
+
+    monkeypatch.setattr(machine, "gpu_free_bytes", lambda: free)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: cores)
+    assert machine.parallel_runs([1 << 30, int(2.2 * (1 << 30))]) == expected  # the largest budget + 1 GiB each
