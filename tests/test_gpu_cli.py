@@ -80,3 +80,34 @@ def test_tools_name_a_script_that_stops_before_using_the_gpu(course):
             done = oomlab(course, tool, script)
             out = " ".join((done.stdout + done.stderr).split())
             assert done.returncode == 2 and message in out and "Traceback" not in out, (tool, script, out)
+
+
+def test_diagnose_runs_the_three_tools_and_names_what_to_fix_first(course):
+    done = oomlab(course, "diagnose", "eval-graphs")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in out, out
+    fix_first = out[out.index("Fix first:") :]
+    assert "losses" in fix_first and "autograd graph" in fix_first, fix_first
+    assert all(
+        (course / ".oomlab" / "runs" / "eval-graphs-diagnose" / name / f"{name}.json").is_file()
+        for name in ("snapshot", "hunt", "profile")
+    )
+
+
+def test_a_course_made_by_init_is_graded_against_the_shipped_fix(tmp_path):
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    env.pop("OOMLAB_ROOT", None)
+    made = subprocess.run([sys.executable, "-m", "oomlab", "init", "mine"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    learner = tmp_path / "mine"
+    shutil.copy(ROOT / "solutions/one-hot-peak/train.py", learner / "exercises/one-hot-peak/train.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "oomlab", "check", "one-hot-peak"],
+        cwd=learner,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and "one-hot-peak passes" in done.stdout, done.stdout + done.stderr
+    assert not (learner / "solutions").exists()

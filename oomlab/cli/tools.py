@@ -7,6 +7,7 @@ script with its arguments (``oomlab hunt --budget 2GiB train.py -- --lr 3e-4``).
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -27,10 +28,12 @@ TIME_LIMIT = typer.Option(None, help="seconds before the run is stopped")
 CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
-def run_and_show(name: str, target: Target, out: Path | None) -> dict:
-    """Run one tool on the target, print what it found and draw its pictures."""
-    with console.status(f"{name}: running {target.label} with the probe in a fresh process…"):
-        m, result = run_tool(target, name, out)
+def run_and_show(name: str, target: Target, out: Path | None, measured: tuple | None = None) -> dict:
+    """Run one tool on the target (unless ``measured`` already holds its run), print what it found, draw its pictures."""
+    if measured is None:
+        with console.status(f"{name}: running {target.label} with the probe in a fresh process…"):
+            measured = run_tool(target, name, out)
+    m, result = measured
     run = result["run"]
     ended = f"OOM at {run['where']}" if m.oom else ("finished" if m.status == "ok" else f"{m.status} {run['where']}")
     console.rule(f"{name} · {target.label} · {ended} · {run['wall_s'] or 0:.1f} s")
@@ -92,10 +95,19 @@ def diagnose(
     out: Optional[Path] = typer.Option(None, help="folder for every tool's results"),
     time_limit: Optional[float] = TIME_LIMIT,
 ) -> None:
-    """Every step's tool in order, then one summary: what to fix first."""
+    """Every step's tool, then one summary: what to fix first."""
+    from oomlab.measure.machine import parallel_runs
+
     resolved = resolve(target, budget, time_limit)
     base = out or default_out_dir(resolved, "diagnose")
-    results = {s.name: run_and_show(s.name, resolved, base / s.name) for s in STEPS}
+    # Each tool is its own process under its own budget, so they can run at once where the GPU holds them;
+    # a script run uncapped could take the whole GPU, so its tools run one after another.
+    jobs = min(len(STEPS), parallel_runs([resolved.budget_bytes])) if resolved.budget_bytes else 1
+    status = console.status(f"diagnose: running {resolved.label} with each tool's probe, {jobs} at a time…")
+    with status, ThreadPoolExecutor(jobs) as pool:
+        futures = {s.name: pool.submit(run_tool, resolved, s.name, base / s.name) for s in STEPS}
+        measured = {name: future.result() for name, future in futures.items()}
+    results = {name: run_and_show(name, resolved, None, measured[name]) for name in measured}
     verdict = fix_first(results)
     (base / "diagnose.json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
     body = Text()
