@@ -7,24 +7,43 @@ BIN := $(VENV)/bin
 
 # A CUDA build of torch is several GB, so the environment reuses a torch that is already
 # installed (it sees the system's packages). Where there is none, a machine with an NVIDIA
-# driver gets the newest CUDA build; one without (CI) gets the CPU-only test setup pinned here.
-# Override with `make start TORCH='torch==2.5.1'`.
-TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
+# driver gets the newest CUDA build from PyPI; one without (CI) gets the CPU-only build from
+# PyTorch's own index, falling back to PyPI at once where that index cannot be reached.
+# `make start TORCH='torch==2.5.1'` installs that torch into .venv, whatever is there already.
+TORCH ?= torch==2.13.0
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+HAS_DRIVER := $(shell command -v nvidia-smi 2>/dev/null)
+PIP := $(BIN)/python -m pip install --quiet
+ifeq ($(origin TORCH),command line)
+INSTALL_TORCH := $(PIP) "$(TORCH)"
+else ifneq ($(HAS_DRIVER),)
+INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null || $(PIP) "torch>=2.4"
+else
+INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
+	|| $(PIP) --timeout 10 --retries 0 --index-url $(CPU_INDEX) "$(TORCH)" \
+	|| $(PIP) "$(TORCH)"
+endif
 
-.PHONY: start test lint format docs serve verify figures clean
+.PHONY: start test torch lint format docs serve verify figures clean
 
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,docs]"
+	$(INSTALL_TORCH)
+	$(PIP) -e ".[dev,docs]"
 	touch $@
 
-start: $(BIN)/oomlab
+# A torch named on the command line is installed even when .venv already has one.
+torch: $(BIN)/oomlab
+ifeq ($(origin TORCH),command line)
+	$(INSTALL_TORCH)
+endif
+
+start: $(BIN)/oomlab torch
 	$(BIN)/oomlab
 
 # The project's own tests, the house rules, and the course checked against its manifests
 # (on a GPU every seeded bug, fix, wrong fix and cheat is measured; without one those skip).
-test: $(BIN)/oomlab lint
+test: $(BIN)/oomlab torch lint
 	$(BIN)/python -m pytest tests graders --solutions
 
 lint: $(BIN)/oomlab
