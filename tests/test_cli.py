@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 BOX = re.compile(r"[│╭╮╰╯─┃━┏┓┗┛┡┩╇┳┻╋┣┫━┯┷┼]+")
 
 
-def oomlab(root: Path, *args: str) -> tuple[int, str]:
-    """Run the CLI in ``root``; return the exit code and stdout+stderr with the boxes and wrapping flattened."""
+def oomlab(root: Path, *args: str, columns: int = 200, raw: bool = False) -> tuple[int, str]:
+    """Run the CLI in ``root``; return the exit code and stdout+stderr with the boxes and wrapping flattened (or ``raw``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE")}
     env.update(
         OOMLAB_ROOT=str(root),
-        COLUMNS="200",
+        COLUMNS=str(columns),
         PYTHONPATH=str(REPO),  # the graders under test, whether or not the course is installed
         CUDA_VISIBLE_DEVICES="",  # the same answers on a machine with a GPU
     )
@@ -33,7 +33,7 @@ def oomlab(root: Path, *args: str) -> tuple[int, str]:
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out
     assert proc.returncode != 3 and not (root / ".oomlab" / "last-error.txt").exists(), out
-    return proc.returncode, " ".join(BOX.sub(" ", out).split())
+    return proc.returncode, out if raw else " ".join(BOX.sub(" ", out).split())
 
 
 @pytest.fixture
@@ -153,22 +153,71 @@ def test_solution_opens_only_once_passed(root):
     assert "no_grad" in out  # the reference fix, shown as a diff
 
 
-def test_malformed_manifest(root):
+def test_a_malformed_manifest_blocks_only_its_own_exercise(root):
     path = root / "exercises" / "one-hot-peak" / "exercise.toml"
     path.write_text(path.read_text().replace("order = 3", "order = = 3"))
     rc, out = oomlab(root, "list")
-    assert rc == 2
-    assert f"{path} is not valid TOML" in out
+    assert rc == 0
+    assert re.search(r"3 one-hot-peak exercises/one-hot-peak/exercise.toml is not valid TOML.* broken", out), out
+    rc, out = oomlab(root)
+    assert rc == 0 and "0/3 exercises passed" in out
+    assert "3. one-hot-peak broken: exercises/one-hot-peak/exercise.toml is not valid TOML" in out
+    for command in ("hint", "reset", "run", "check", "solution"):
+        rc, out = oomlab(root, command, "one-hot-peak")
+        assert rc == 2 and f"{path} is not valid TOML" in out, (command, out)
+    rc, out = oomlab(root, "hint", "3")  # by its number in `oomlab list`, too
+    assert rc == 2 and f"{path} is not valid TOML" in out
+    rc, out = oomlab(root, "hint", "eval-graphs")
+    assert rc == 0 and "Hint 1 of 3 for eval-graphs" in out
+    rc, out = oomlab(root, "reset", "eval-graphs")
+    assert rc == 0 and "already the original" in out
 
 
 def test_doctor_without_a_gpu(root):
     import torch  # the test session has imported it already (conftest checks for CUDA)
 
+    from oomlab.measure.machine import has_nvidia_driver
+
     rc, out = oomlab(root, "doctor")
     assert rc == 1
     assert "FAIL" in out
-    assert ("CPU-only" if torch.version.cuda is None else "sees no GPU") in out
     assert f"{root}: 3 exercises, every manifest valid" in out
+    if not has_nvidia_driver():
+        assert "no NVIDIA GPU on this machine" in out and "install a CUDA build" not in out
+    else:
+        assert ("install a CUDA build of torch" if torch.version.cuda is None else "sees no GPU") in out
+
+
+def test_doctor_on_a_machine_with_no_nvidia_driver_says_so_and_lists_what_still_works(root, monkeypatch):
+    from oomlab.measure import machine
+
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None)
+    monkeypatch.setattr(machine.os.path, "exists", lambda path: False if "nvidia" in str(path) else os.access(path, os.F_OK))
+    monkeypatch.chdir(REPO)
+    assert not machine.has_nvidia_driver()
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine with no driver
+    rows, ready = machine.diagnose()
+    assert not ready
+    assert ("fail", "GPU") in {(level, item) for level, item, _ in rows}
+    assert not any("install a CUDA build" in finding for *_, finding in rows)
+    works = " ".join(cmd for cmd, _ in machine.without_a_gpu())
+    for command in ("oomlab hint ID", "oomlab reset ID", "oomlab list", "make docs"):
+        assert command in works
+    assert "oomlab snapshot course/figures/feature-cache-bug-snapshot.pickle" in works
+
+
+def test_doctor_with_a_driver_and_a_cpu_only_torch_says_to_install_a_cuda_build(monkeypatch):
+    import torch
+
+    from oomlab.measure import machine
+
+    monkeypatch.setattr(machine, "has_nvidia_driver", lambda: True)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    rows, ready = machine.diagnose()
+    assert not ready
+    assert any(item == "CUDA" and "install a CUDA build of torch" in finding for _, item, finding in rows)
 
 
 def test_watch_checks_once_and_says_what_it_watches(root):
@@ -179,3 +228,81 @@ def test_watch_checks_once_and_says_what_it_watches(root):
     assert "Syntax error" in out and "feature-cache does not pass yet" in out
     assert "Watching exercises/feature-cache/train.py" in out
     assert path.read_text() == "for i in range(3)\n    pass\n"
+
+
+def test_reset_of_a_deleted_file_says_it_restored_a_missing_file(root):
+    oomlab(root, "list")  # first sight: the originals are kept
+    path = learner_file(root)
+    original = path.read_text()
+    path.unlink()
+    rc, out = oomlab(root, "reset", "eval-graphs")
+    assert rc == 0 and path.read_text() == original
+    assert "exercises/eval-graphs/train.py was missing: restored the original" in out
+    assert "already the original" not in out
+
+
+def test_a_damaged_state_file_is_kept_and_named_once(root):
+    state = root / ".oomlab" / "state.json"
+    state.parent.mkdir()
+    state.write_text("{not json")
+    rc, out = oomlab(root, "list")
+    assert rc == 0
+    kept = list(state.parent.glob("state.damaged-*.json"))
+    assert len(kept) == 1 and kept[0].read_text() == "{not json"
+    assert f"progress file .oomlab/state.json was damaged. It was moved aside to .oomlab/{kept[0].name}" in out
+    rc, out = oomlab(root, "list")  # told once: the next command finds nothing damaged
+    assert rc == 0 and "damaged" not in out
+
+
+def test_an_unwritable_state_folder_is_a_clear_error_naming_the_path(root):
+    (root / ".oomlab").write_text("")  # a file where the folder belongs: no write goes through, even as root
+    rc, out = oomlab(root, "hint", "eval-graphs")
+    assert rc == 2
+    assert f"Cannot write {root}/.oomlab/state.json" in out
+    assert "A file stands where a folder is needed" in out
+
+
+def test_the_progress_bar_has_a_line_of_its_own(root):
+    (root / ".oomlab").mkdir()
+    (root / ".oomlab" / "state.json").write_text(json.dumps({"passed": {"feature-cache": "2025-01-01T00:00:00"}}))
+    rc, out = oomlab(root, columns=80, raw=True)
+    assert rc == 0
+    lines = out.splitlines()
+    bar = next(i for i, line in enumerate(lines) if "1/3 exercises passed" in line)
+    assert "━" in lines[bar] and lines[bar + 1].strip() == ""  # the bar, its label, then a blank line
+    assert lines[bar + 2].lstrip().startswith("✓ 1.")
+
+
+def test_hint_says_when_it_shows_the_last_hint_again(root):
+    outs = [oomlab(root, "hint", "feature-cache")[1] for _ in range(4)]
+    assert "Hint 3 of 3" in outs[2] and "That is the last hint" in outs[2]
+    assert "Hint 3 of 3" in outs[3] and "That was the last hint" in outs[3]
+    assert "again for the next" not in outs[3]
+
+
+def test_solution_wraps_long_lines_instead_of_cutting_them(root):
+    (root / ".oomlab").mkdir()
+    (root / ".oomlab" / "state.json").write_text(json.dumps({"passed": {"eval-graphs": "2025-01-01T00:00:00"}}))
+    rc, out = oomlab(root, "solution", "eval-graphs", columns=60, raw=True)
+    assert rc == 0
+    flat = "".join(out.split())
+    longest = max((REPO / "solutions" / "eval-graphs" / "train.py").read_text().splitlines(), key=len)
+    assert len(longest) > 60 and "".join(longest.split()) in flat
+
+
+@pytest.mark.parametrize("command", [[], ["hunt"], ["watch"], ["hint"], ["dev", "verify"]], ids=" ".join)
+def test_help_shows_plain_placeholders(root, command):
+    rc, out = oomlab(root, *command, "--help")
+    assert rc == 0
+    assert not re.search(r"<(bool|str|list\[str\]|float|int|path)>", out), out
+    if command == ["hunt"]:
+        assert "Usage: oomlab hunt [OPTIONS] TARGET..." in out
+        assert "--budget SIZE" in out and "--out FOLDER" in out and "--time-limit SECONDS" in out
+
+
+def test_a_very_long_argument_is_a_clear_and_short_message(root, tmp_path):
+    long = "a" * 5000
+    rc, out = oomlab(root, "hint", long)
+    assert rc == 2 and "There is no exercise" in out and "(5,000 characters)" in out and len(out) < 1000
+    rc, out = oomlab(root, "init", str(tmp_path / long))
+    assert rc == 2 and "File name too long" in out and len(out) < 1000

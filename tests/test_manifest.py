@@ -191,3 +191,44 @@ def test_unknown_id_without_a_close_match(course):
         course.get("zzz")
     assert "Did you mean" not in str(err.value)
     assert "`oomlab list`" in str(err.value)
+
+
+# --- one broken manifest blocks only its own exercise ----------------------------------------
+
+
+def test_a_broken_manifest_blocks_only_its_own_exercise(course_copy):
+    path = edit(course_copy, "eval-graphs", "order = 2\n", "order = = 2\n")
+    course = Course(course_copy, strict=False)
+    assert [e.id for e in course.exercises] == ["feature-cache", "one-hot-peak"]
+    assert list(course.broken) == ["eval-graphs"]
+    assert course.problem("eval-graphs").startswith("exercises/eval-graphs/exercise.toml is not valid TOML")
+    for key in ("eval-graphs", "3"):  # by id, or by its number: the broken ones come after the rest
+        with pytest.raises(OomLabError) as err:
+            course.get(key)
+        assert f"{path} is not valid TOML" in str(err.value)
+    assert course.get("2").id == "one-hot-peak"
+    with pytest.raises(OomLabError, match="Did you mean 'eval-graphs'"):
+        course.get("eval-graph")
+    # The graders, the site and `oomlab dev` keep the strict default: the first broken manifest is the error.
+    assert f"{path} is not valid TOML" in load_error(course_copy)
+
+
+def test_a_manifest_of_the_wrong_shape_is_a_clear_error(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    text = path.read_text(encoding="utf-8")
+    first_edit = text.index("[[wrong_fixes.edits]]")
+    path.write_text(text[:first_edit] + "edits = [1, 2]\n" + text[text.index("\n\n", first_edit) :], encoding="utf-8")
+    message = load_error(course_copy)
+    assert f"{path} is not shaped like an exercise.toml" in message
+
+
+def test_a_manifest_that_is_not_utf8_is_a_clear_error(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    path.write_bytes(path.read_bytes().replace(b'title = "', b'title = "\xff', 1))
+    assert f"{path} is not UTF-8 text" in load_error(course_copy)
+
+
+def test_an_exercise_number_that_is_not_a_small_ascii_number_is_just_unknown(course):
+    for key in ("9" * 5000, "²", "-1"):
+        with pytest.raises(OomLabError, match="There is no exercise"):
+            course.get(key)

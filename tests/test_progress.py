@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from oomlab.course import Course
 from oomlab.course.originals import keep_originals, pristine_source, reset, shipped_source
 from oomlab.course.progress import Progress
 from oomlab.course.shipped import init_course
-from oomlab.course.state import StateDir
+from oomlab.course.state import CannotWrite, StateDir, make_folder, remove_empty_folders, shown, write_atomic
 from oomlab.errors import OomLabError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,6 +100,65 @@ def test_reset_of_an_unedited_file_does_nothing(ex):
     assert reset(ex) is None
     assert ex.learner_path.read_text() == original
     assert backups(ex) == []
+
+
+def test_a_damaged_state_file_is_recorded_as_recovered_once(tmp_path):
+    state = StateDir(tmp_path).progress_file
+    state.parent.mkdir()
+    state.write_text("{not json")
+    progress = Progress(StateDir(tmp_path))
+    assert progress.recovered is not None and progress.recovered.read_text() == "{not json"
+    assert progress.recovered.parent == state.parent
+    assert Progress(StateDir(tmp_path)).recovered is None  # nothing damaged any more: nothing to tell
+
+
+def test_a_hint_count_of_the_wrong_type_counts_as_none_shown(tmp_path):
+    state = StateDir(tmp_path).progress_file
+    state.parent.mkdir()
+    state.write_text(json.dumps({"passed": {}, "hints": {"a": "three", "b": -2}}))
+    progress = Progress(StateDir(tmp_path))
+    assert progress.hints_shown("a") == 0 and progress.next_hint("a", 3) == 0
+    assert progress.next_hint("b", 3) == 0
+
+
+def test_a_state_file_that_cannot_be_written_is_a_clear_error(tmp_path):
+    (tmp_path / ".oomlab").write_text("")  # a file where the folder belongs: fails even as root
+    progress = Progress(StateDir(tmp_path))
+    with pytest.raises(CannotWrite) as err:
+        progress.next_hint("a", 3)
+    assert f"Cannot write {tmp_path}/.oomlab/state.json" in str(err.value)
+    assert isinstance(err.value, OSError)  # code that catches a failed write still does
+
+
+def test_write_atomic_names_the_path_and_the_fix_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    target = tmp_path / "kept.txt"
+    target.write_text("old")
+
+    def refuse(self, other):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "replace", refuse)
+    with pytest.raises(CannotWrite) as err:
+        write_atomic(target, "new")
+    assert f"Cannot write {target}: Permission denied." in str(err.value)
+    assert f"chmod u+w {tmp_path}" in err.value.todo
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+
+
+def test_make_folder_names_what_it_made_and_remove_empty_folders_takes_back_only_empty_ones(tmp_path):
+    made = make_folder(tmp_path / "a" / "b" / "c")
+    assert made == [tmp_path / "a" / "b" / "c", tmp_path / "a" / "b", tmp_path / "a"]
+    (tmp_path / "a" / "keep.txt").write_text("x")
+    remove_empty_folders(made)
+    assert not (tmp_path / "a" / "b").exists() and (tmp_path / "a" / "keep.txt").is_file()
+    with pytest.raises(CannotWrite, match="A file stands where a folder is needed"):
+        make_folder(tmp_path / "a" / "keep.txt" / "d")
+
+
+def test_shown_keeps_both_ends_of_a_long_argument():
+    assert shown("short") == "short"
+    long = "a" * 2000 + "END"
+    assert len(shown(long)) < 160 and shown(long).startswith("aaa") and "END" in shown(long) and "2,003 characters" in shown(long)
 
 
 def test_reset_of_a_deleted_file_restores_it(ex):
@@ -222,3 +282,74 @@ def test_init_never_writes_into_a_folder_that_holds_files(tmp_path):
     with pytest.raises(OomLabError, match="is not empty; nothing was changed"):
         init_course(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+# --- reset never loses the learner's version -------------------------------------------------
+
+
+def test_reset_never_overwrites_when_the_backup_cannot_be_written(ex):
+    pristine_source(ex)
+    ex.learner_path.write_text("# my work\n")
+    (ex.root / ".oomlab" / "backups").write_text("")  # a file where the backups folder belongs
+    with pytest.raises(OomLabError) as err:
+        reset(ex)
+    assert "Your version could not be kept before the reset" in err.value.what
+    assert "Nothing was changed: exercises/eval-graphs/train.py is as you left it" in err.value.todo
+    assert ex.learner_path.read_text() == "# my work\n"
+
+
+def test_reset_of_a_read_only_file_changes_nothing(ex, monkeypatch):
+    from oomlab.course import originals
+
+    pristine_source(ex)
+    ex.learner_path.write_text("# my work\n")
+    monkeypatch.setattr(originals.os, "access", lambda path, mode: Path(path) != ex.learner_path)
+    with pytest.raises(OomLabError, match="is read-only, so the reset leaves it alone"):
+        reset(ex)
+    assert ex.learner_path.read_text() == "# my work\n" and backups(ex) == []
+
+
+def test_reset_of_an_unreadable_file_changes_nothing(ex, monkeypatch):
+    pristine_source(ex)
+    ex.learner_path.write_text("# my work\n")
+    real = Path.read_bytes
+
+    def unreadable(self):
+        if self == ex.learner_path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    with pytest.raises(OomLabError) as err:
+        reset(ex)
+    assert "Cannot read your version" in err.value.what and "Nothing was changed" in err.value.todo
+    monkeypatch.undo()
+    assert ex.learner_path.read_text() == "# my work\n" and backups(ex) == []
+
+
+def test_reset_when_the_original_cannot_be_written_back_keeps_both_copies(ex, monkeypatch):
+    from oomlab.course import originals
+
+    original = pristine_source(ex)
+    ex.learner_path.write_text("# my work\n")
+    real = originals.write_atomic
+
+    def refuse_the_exercise(path, data):
+        if path == ex.learner_path:
+            raise CannotWrite(f"Cannot write {path}: Permission denied.", "Make it writable.")
+        real(path, data)
+
+    monkeypatch.setattr(originals, "write_atomic", refuse_the_exercise)
+    with pytest.raises(OomLabError) as err:
+        reset(ex)
+    assert "The original could not be put back" in err.value.what and "a copy is also kept at .oomlab/backups/" in err.value.todo
+    assert ex.learner_path.read_text() == "# my work\n" != original
+    assert [b.read_text() for b in backups(ex)] == ["# my work\n"]
+
+
+def test_reset_keeps_a_version_that_is_not_utf8(ex):
+    pristine_source(ex)
+    ex.learner_path.write_bytes(b"# caf\xe9\n")
+    backup = reset(ex)
+    assert backup.read_bytes() == b"# caf\xe9\n"
+    assert ex.learner_path.read_text() == pristine_source(ex)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -207,3 +208,117 @@ def test_a_finished_run_carries_its_figures(monkeypatch, tmp_path):
     m, result = fake_run(monkeypatch, tmp_path, status="ok", stats={"peak_allocated": 1 << 20, "ooms": 0}, wall_s=1.5)
     assert result["run"]["status"] == "ok" and result["run"]["peak_allocated"] == 1 << 20
     assert Path(result["out_dir"]).name == "out"
+
+
+# --- what the tools are given: each problem is one message (exit 2), named before any talk of course folders ---
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["hunt", "train.py", "--budget", "0"], "--budget: '0' is less than one byte"),
+        (["hunt", "train.py", "--budget", "0GiB"], "--budget: '0GiB' is less than one byte"),
+        (["hunt", "train.py", "--budget", "0.0001B"], "--budget: '0.0001B' is not a whole number of bytes"),
+        (["hunt", "train.py", "--budget", ""], "--budget: '' is not a memory size"),
+        (["hunt", "train.py", "--budget", "1.5"], "--budget: '1.5' is not a whole number of bytes"),
+        (["hunt", "train.py", "--time-limit", "-5"], "--time-limit: -5 is not a positive number of seconds"),
+        (["hunt", "train.py", "--time-limit", "0"], "--time-limit: 0 is not a positive number of seconds"),
+        (["hunt", "trian.py"], "trian.py does not exist. Did you mean train.py?"),
+        (["hunt", "somefolder/"], "somefolder/ is a folder, not a training script. Give a script in it (somefolder/model.py)"),
+        (["profile", "somefolder"], "somefolder is a folder, not a training script"),
+        (["hunt", "feature-cach"], "'feature-cach' is neither a file here nor an exercise"),
+        (["hunt", "train.py", "--out", "/proc/nope"], "Cannot make the folder /proc/nope"),
+        (["hunt", "train.py", "--out", "notes.txt"], "A file stands where a folder is needed"),
+        (["hunt", "a" * 5000 + ".py"], "is too long to be a file name or an exercise id"),
+        (["snapshot", "a" * 5000 + ".pickle"], "is too long to be a file name or an exercise id"),
+        (["snapshot", "snapshto.pickle"], "No snapshot at snapshto.pickle"),
+    ],
+    ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
+)
+def test_a_bad_target_or_option_gets_one_clear_message(tmp_path, args, message):
+    (tmp_path / "train.py").write_text("import torch\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "somefolder").mkdir()
+    (tmp_path / "somefolder" / "model.py").write_text("\n")
+    done = oomlab(tmp_path, *args)
+    out = " ".join(re.sub(r"[│╭╮╰╯─]+", " ", done.stdout + done.stderr).split())
+    assert done.returncode == 2, out
+    assert message in out, out
+    assert "No OOM Lab course folder" not in out
+    assert len(out) < 1500, "a long argument is shortened in the message"
+    assert not (tmp_path / ".oomlab").exists(), "nothing is written for a run that never started"
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_failed_run_leaves_no_empty_folder_behind(tmp_path):
+    (tmp_path / "train.py").write_text("import torch\nx = torch.ones(3, device='cuda')\n")
+    for command in ("hunt", "diagnose"):
+        done = oomlab(tmp_path, command, "train.py")
+        assert done.returncode == 2  # no GPU here, or the script allocates nothing: either way nothing was written
+        assert not (tmp_path / ".oomlab").exists(), command
+    done = oomlab(tmp_path, "hunt", "train.py", "--out", "reports/hunt")
+    assert done.returncode == 2 and not (tmp_path / "reports").exists()
+
+
+def test_a_folder_named_with_out_keeps_the_users_files(tmp_path):
+    mine = {"train.py": "import torch\nx = torch.ones(3, device='cuda')\n", "notes.txt": "mine\n", "profile.json": "{}\n"}
+    for name, text in mine.items():
+        (tmp_path / name).write_text(text)
+    done = oomlab(tmp_path, "hunt", "train.py", "--out", ".")
+    assert done.returncode == 2
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == mine
+
+
+def test_a_run_folder_is_removed_only_when_the_run_left_it_empty(monkeypatch, tmp_path):
+    from oomlab.tools import run as workflow
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OOMLAB_ROOT", raising=False)
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+
+    def no_gpu(script, tool, **kwargs):
+        from oomlab.measure.harness import Measurement
+
+        return Measurement(script=str(script), status="no_cuda", message="no GPU")
+
+    monkeypatch.setattr(workflow, "measure", no_gpu)
+    with pytest.raises(OomLabError, match="could not be measured here"):
+        workflow.run_tool(resolve([str(script)]), "hunt")
+    assert not (tmp_path / ".oomlab").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()  # a folder that was there before the run stays
+    with pytest.raises(OomLabError):
+        workflow.run_tool(resolve([str(script)]), "hunt", kept)
+    assert kept.is_dir()
+
+
+def test_a_time_limit_must_be_a_positive_number_of_seconds(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    for bad in (-5, 0, float("nan"), float("inf")):
+        with pytest.raises(OomLabError, match="--time-limit: .* is not a positive number of seconds"):
+            resolve([str(script)], time_limit_s=bad)
+    assert resolve([str(script)], time_limit_s=5).time_limit_s == 5
+
+
+def test_an_empty_budget_is_an_error_not_the_default(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    for bad in ("", "0", "0GiB", "0.0001B"):
+        with pytest.raises(OomLabError, match="--budget: "):
+            resolve([str(script)], budget=bad)
+
+
+def test_a_snapshot_file_is_read_into_the_state_folder_never_beside_it(tmp_path):
+    shipped = REPO / "course" / "figures" / "feature-cache-bug-snapshot.pickle"
+    if not shipped.is_file():
+        pytest.skip("the course's figures are not in this checkout")
+    (tmp_path / "snaps").mkdir()
+    pickle_path = tmp_path / "snaps" / shipped.name
+    pickle_path.write_bytes(shipped.read_bytes())
+    done = oomlab(tmp_path, "snapshot", "snaps/" + shipped.name)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "snaps").iterdir()) == [shipped.name]
+    pictures = sorted(p.name for p in (tmp_path / ".oomlab" / "runs").glob("*/*.png"))
+    assert pictures == ["segments.png", "timeline.png"]

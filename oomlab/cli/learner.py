@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -24,19 +23,35 @@ from oomlab.course.originals import keep_originals, pristine_source
 from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
 from oomlab.course.shipped import init_course
-from oomlab.course.state import StateDir
+from oomlab.course.state import StateDir, read_error, require_readable
 from oomlab.grading.verdict import Report, grade
 from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
-from oomlab.measure.machine import machine_error
+from oomlab.measure.machine import has_nvidia_driver, machine_error
 from oomlab.steps import step
 
 EXERCISE = typer.Argument(..., help="exercise id or number")
 
 
 def load() -> tuple[Course, Progress]:
-    course = Course()
+    """The course (a broken manifest blocks only its own exercise) and the progress, with a note if it was damaged."""
+    course = Course(strict=False)
     keep_originals(course.exercises)  # at first sight, so that `oomlab reset` has the original
-    return course, Progress(course.state)
+    progress = Progress(course.state)
+    if progress.recovered is not None:
+        console.print(
+            Text(
+                f"Note: your progress file {relpath(progress.path, course.root)} was damaged. It was moved aside to "
+                f"{relpath(progress.recovered, course.root)} (nothing else was touched), and progress starts afresh: "
+                "`oomlab check ID` marks an exercise passed again.",
+                style="yellow",
+            )
+        )
+    return course, progress
+
+
+def readable(ex: Exercise) -> None:
+    """Your file must be readable before anything measures it (a missing one is explained by the run)."""
+    require_readable(ex.learner_path, "your exercise", relpath(ex.learner_path, ex.root))
 
 
 def current(course: Course, progress: Progress) -> Exercise | None:
@@ -77,14 +92,27 @@ def overview(
         return
     course, progress = load()
     done = sum(progress.passed(e.id) for e in course.exercises)
-    total = len(course.exercises)
-    console.print(Text("OOM Lab", style="bold"), Text(f"  {done}/{total} exercises passed"))
-    console.print(ProgressBar(total=max(total, 1), completed=done, width=40))
+    total = len(course.exercises) + len(course.broken)
+    console.print(Text("OOM Lab", style="bold"))
+    bar = Table.grid(padding=(0, 2))  # the bar and its label on a line of their own
+    bar.add_row(ProgressBar(total=max(total, 1), completed=done, width=30), Text(f"{done}/{total} exercises passed"))
+    console.print(bar)
+    console.print()
     ex = current(course, progress)
+    rows = Table.grid(padding=(0, 1))
+    for col in ("mark", "n", "id", "title"):
+        rows.add_column(col, no_wrap=col != "title")
     for i, e in enumerate(course.exercises, 1):
         mark = "✓" if progress.passed(e.id) else ("→" if e is ex else "·")
         style = "green" if mark == "✓" else ("bold" if mark == "→" else "dim")
-        console.print(Text(f" {mark} {i}. {e.id:<16} {e.title}  [{step(e.step).label}]", style=style))
+        rows.add_row(f" {mark}", f"{i}.", e.id, f"{e.title}  [{step(e.step).label}]", style=style)
+    for i, ex_id in enumerate(course.broken, len(course.exercises) + 1):
+        rows.add_row(" ✗", f"{i}.", ex_id, f"broken: {course.problem(ex_id)}", style="red")
+    console.print(rows)
+    if course.broken:
+        console.print(Text("Fix the broken exercise.toml named above; the other exercises work meanwhile.", style="red"))
+    if ex is None and course.broken:
+        return
     if ex is None:
         console.print(
             Panel(
@@ -95,7 +123,7 @@ def overview(
         return
     console.print(Panel(Text(ex.summary), title=f"Now: {ex.id}: {ex.title}", title_align="left"))
     console.print(next_steps(ex))
-    if shutil.which("nvidia-smi") is None:  # cheap: the overview does not import torch
+    if not has_nvidia_driver():  # cheap: the overview does not import torch
         console.print(
             Text("No NVIDIA driver on this machine: `run` and `check` need a GPU. `oomlab doctor` says more.", style="yellow")
         )
@@ -123,6 +151,8 @@ def list_exercises() -> None:
         else:
             status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
         table.add_row(str(i), e.id, e.title, step(e.step).label, gib(e.budget_bytes), status)
+    for i, ex_id in enumerate(course.broken, len(course.exercises) + 1):
+        table.add_row(str(i), ex_id, Text(course.problem(ex_id), style="red"), "", "", Text("broken", style="bold red"))
     console.print(table)
 
 
@@ -135,6 +165,7 @@ def run(exercise: str = EXERCISE) -> None:
     """Run your version under the exercise's budget and show the OOM or the memory figures."""
     course, _ = load()
     ex = course.get(exercise)
+    readable(ex)
     with measuring(ex, "Running"):
         m = measure_exercise_file(ex, ex.learner_path)
     if m.status in MACHINE_PROBLEMS:
@@ -158,6 +189,7 @@ def run(exercise: str = EXERCISE) -> None:
 
 
 def grade_and_show(ex: Exercise, progress: Progress) -> Report:
+    readable(ex)
     first = not StateDir(ex.root).references.is_dir()
     with measuring(ex, "Checking (first time here: the reference solution too)" if first else "Checking"):
         report = grade(ex, ex.learner_path)
@@ -190,17 +222,22 @@ def hint(exercise: str = EXERCISE) -> None:
     """The next hint: a nudge first, then which tool to use, then what to change."""
     course, progress = load()
     ex = course.get(exercise)
+    again = progress.hints_shown(ex.id) >= len(ex.hints)  # every hint was shown already: this repeats the last
     i = progress.next_hint(ex.id, len(ex.hints))
     console.print(Panel(Text(ex.hints[i]), title=f"Hint {i + 1} of {len(ex.hints)} for {ex.id}", title_align="left"))
     if i + 1 < len(ex.hints):
         console.print(Text(f"  (`oomlab hint {ex.id}` again for the next)", style="dim"))
+    elif again:
+        console.print(Text("  That was the last hint, shown again: there are no more.", style="dim"))
+    else:
+        console.print(Text("  That is the last hint.", style="dim"))
 
 
 @app.command()
 def watch(
     exercise: Optional[str] = typer.Argument(None, help="exercise id or number (default: the current one)"),
-    interval: float = typer.Option(0.5, help="seconds between looks at the file"),
-    max_checks: int = typer.Option(0, hidden=True, help="stop after this many checks (0: never)"),
+    interval: float = typer.Option(0.5, metavar="SECONDS", help="seconds between looks at the file"),
+    max_checks: int = typer.Option(0, hidden=True, metavar="N", help="stop after this many checks (0: never)"),
 ) -> None:
     """Re-check the exercise every time you save it; moves on to the next one when it passes."""
     course, progress = load()
@@ -235,9 +272,12 @@ def reset(exercise: str = EXERCISE) -> None:
     """Put the original exercise back; your version is kept as a backup."""
     course, _ = load()
     ex = course.get(exercise)
+    missing = not ex.learner_path.exists()
     backup = reset_exercise(ex)
     path = relpath(ex.learner_path, ex.root)
-    if backup is None:
+    if missing:
+        console.print(f"{path} was missing: restored the original.")
+    elif backup is None:
         console.print(f"{path} is already the original.")
     else:
         console.print(f"Restored {path}. Your version is kept at {relpath(backup, ex.root)}.")
@@ -251,7 +291,10 @@ def solution(exercise: str = EXERCISE) -> None:
     if not progress.passed(ex.id):
         console.print(f"The solution opens once {ex.id} passes `oomlab check {ex.id}`. `oomlab hint {ex.id}` helps meanwhile.")
         raise typer.Exit(1)
-    fixed = ex.solution_path.read_text(encoding="utf-8")
+    try:
+        fixed = ex.solution_path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise read_error(ex.solution_path, err, "the reference fix") from None
     diff = "".join(
         difflib.unified_diff(
             pristine_source(ex).splitlines(keepends=True),
@@ -261,16 +304,16 @@ def solution(exercise: str = EXERCISE) -> None:
         )
     )
     if diff:
-        console.print(Syntax(diff, "diff", theme="ansi_dark"))
+        console.print(Syntax(diff, "diff", theme="ansi_dark", word_wrap=True))  # long lines wrap, never cut
     else:  # the original was first seen already fixed: show the whole reference fix
-        console.print(Syntax(fixed, "python", theme="ansi_dark", line_numbers=True))
+        console.print(Syntax(fixed, "python", theme="ansi_dark", line_numbers=True, word_wrap=True))
     console.print(Text(f"Whole file: {relpath(ex.solution_path, ex.root)}", style="dim"))
 
 
 @app.command()
 def doctor() -> None:
     """Is this machine ready? Python, torch, GPU, whether each budget fits, allocator settings."""
-    from oomlab.measure.machine import diagnose
+    from oomlab.measure.machine import diagnose, has_nvidia_driver, without_a_gpu
 
     with console.status("Looking at Python, torch and the GPU…"):
         rows, ready = diagnose()
@@ -281,6 +324,17 @@ def doctor() -> None:
     for level, item, finding in rows:
         table.add_row(marks[level], item, finding)
     console.print(table)
+    if not ready and not has_nvidia_driver():
+        console.print(
+            Text(
+                "There is no NVIDIA GPU on this machine, so nothing can be measured here "
+                "(`oomlab run`, `check`, `watch` and the tools need one). What works without a GPU:",
+                style="yellow",
+            )
+        )
+        for cmd, what in without_a_gpu():
+            console.print(Text.assemble("  ", (cmd, "bold cyan"), f": {what}"))
+        raise typer.Exit(1)
     if not ready:
         console.print(
             "Measuring (`oomlab run`, `check`, `watch`, `dev verify`) needs what is marked FAIL. "

@@ -16,15 +16,19 @@ from rich.panel import Panel
 from rich.text import Text
 
 from oomlab.cli import app, console
+from oomlab.course.state import make_folder, remove_empty_folders, shown, write_atomic
+from oomlab.errors import OomLabError
 from oomlab.steps import STEPS, fix_first
 from oomlab.tools import analysis, presenter
-from oomlab.tools.run import Target, default_out_dir, resolve, run_tool
+from oomlab.tools.run import Target, close_files, default_out_dir, path_kind, resolve, run_tool
 
 TARGET = typer.Argument(
     ..., help="an exercise id or number, or a script and its arguments (put -- before options meant for the script)"
 )
-BUDGET = typer.Option(None, help="memory cap such as 2GiB (default: the exercise's budget; a script runs uncapped)")
-TIME_LIMIT = typer.Option(None, help="seconds before the run is stopped")
+BUDGET = typer.Option(
+    None, metavar="SIZE", help="memory cap such as 2GiB (default: the exercise's budget; a script runs uncapped)"
+)
+TIME_LIMIT = typer.Option(None, metavar="SECONDS", help="seconds before the run is stopped")
 CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
@@ -63,7 +67,7 @@ def tool_command(name: str, summary: str) -> None:
     def command(
         target: list[str] = TARGET,
         budget: Optional[str] = BUDGET,
-        out: Optional[Path] = typer.Option(None, help="folder for the report and pictures"),
+        out: Optional[Path] = typer.Option(None, metavar="FOLDER", help="folder for the report and pictures"),
         time_limit: Optional[float] = TIME_LIMIT,
     ) -> None:
         if name == "snapshot" and target[0].endswith((".pickle", ".pkl")):
@@ -76,12 +80,21 @@ def tool_command(name: str, summary: str) -> None:
 
 
 def show_snapshot_file(path: Path, out: Path | None) -> None:
-    """Analyze a snapshot dumped earlier (by this tool or by torch.cuda.memory._dump_snapshot); nothing runs."""
+    """Analyze a snapshot dumped earlier (by this tool or by torch.cuda.memory._dump_snapshot); nothing runs.
+
+    The pictures go under ``.oomlab/runs/`` (or ``--out``), never beside the snapshot.
+    """
+    if path_kind(path) == "missing":
+        raise OomLabError(f"No snapshot at {shown(path)}.", f"{close_files(path, '*.pickle')}Give the path of a .pickle file.")
     snapshot = analysis("snapshot")
     result = snapshot.analyze(snapshot.load_snapshot(path))
-    out_dir = out or default_out_dir(Target(path, (), None, "", 0, path.stem), "snapshot")
-    console.rule(f"snapshot · {path.name}")
-    show("snapshot", result, out_dir)
+    out_dir = out or default_out_dir(Target(path, (), None, "", 0, path.stem[:60]), "snapshot")
+    made = make_folder(out_dir) if out else []  # a folder the user named must take the pictures; ours is made as drawn
+    try:
+        console.rule(f"snapshot · {shown(path.name, 60)}")
+        show("snapshot", result, out_dir)
+    finally:
+        remove_empty_folders(made)
 
 
 for _step in STEPS:
@@ -92,7 +105,7 @@ for _step in STEPS:
 def diagnose(
     target: list[str] = TARGET,
     budget: Optional[str] = BUDGET,
-    out: Optional[Path] = typer.Option(None, help="folder for every tool's results"),
+    out: Optional[Path] = typer.Option(None, metavar="FOLDER", help="folder for every tool's results"),
     time_limit: Optional[float] = TIME_LIMIT,
 ) -> None:
     """Every step's tool, then one summary: what to fix first."""
@@ -100,16 +113,20 @@ def diagnose(
 
     resolved = resolve(target, budget, time_limit)
     base = out or default_out_dir(resolved, "diagnose")
-    # Each tool is its own process under its own budget, so they can run at once where the GPU holds them;
-    # a script run uncapped could take the whole GPU, so its tools run one after another.
-    jobs = min(len(STEPS), parallel_runs([resolved.budget_bytes])) if resolved.budget_bytes else 1
-    status = console.status(f"diagnose: running {resolved.label} with each tool's probe, {jobs} at a time…")
-    with status, ThreadPoolExecutor(jobs) as pool:
-        futures = {s.name: pool.submit(run_tool, resolved, s.name, base / s.name) for s in STEPS}
-        measured = {name: future.result() for name, future in futures.items()}
+    made = make_folder(base)
+    try:
+        # Each tool is its own process under its own budget, so they can run at once where the GPU holds them;
+        # a script run uncapped could take the whole GPU, so its tools run one after another.
+        jobs = min(len(STEPS), parallel_runs([resolved.budget_bytes])) if resolved.budget_bytes else 1
+        status = console.status(f"diagnose: running {resolved.label} with each tool's probe, {jobs} at a time…")
+        with status, ThreadPoolExecutor(jobs) as pool:
+            futures = {s.name: pool.submit(run_tool, resolved, s.name, base / s.name) for s in STEPS}
+            measured = {name: future.result() for name, future in futures.items()}
+    finally:
+        remove_empty_folders(made)  # a run that failed before writing anything leaves no empty folder behind
     results = {name: run_and_show(name, resolved, None, measured[name]) for name in measured}
     verdict = fix_first(results)
-    (base / "diagnose.json").write_text(json.dumps(verdict, indent=2) + "\n", encoding="utf-8")
+    write_atomic(base / "diagnose.json", json.dumps(verdict, indent=2) + "\n")
     body = Text()
     for name, finding in verdict["findings"].items():
         body.append(f"{name:<9}", style="bold")

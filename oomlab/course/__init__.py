@@ -15,7 +15,7 @@ from pathlib import Path
 
 from oomlab.course.manifest import Exercise, load_exercise
 from oomlab.course.shipped import shipped_root
-from oomlab.course.state import StateDir
+from oomlab.course.state import StateDir, shown
 from oomlab.errors import OomLabError
 
 __all__ = ["Course", "find_root", "is_course"]
@@ -25,7 +25,10 @@ ROOT_VARIABLE = "OOMLAB_ROOT"
 
 def is_course(folder: Path) -> bool:
     """A course folder holds ``exercises/`` with at least one ``exercise.toml``."""
-    return (folder / "exercises").is_dir() and any((folder / "exercises").glob("*/exercise.toml"))
+    try:
+        return (folder / "exercises").is_dir() and any((folder / "exercises").glob("*/exercise.toml"))
+    except OSError:  # a folder we may not look into is no course of ours
+        return False
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -53,30 +56,60 @@ class Course:
 
     A folder made by ``oomlab init`` has no ``solutions/``: its exercises are
     graded against the reference fixes shipped in the package.
+
+    Every valid exercise loads; each folder whose ``exercise.toml`` does not is kept in
+    :attr:`broken` (folder name -> its manifest's error). ``strict`` (the default, for
+    the graders, the site and ``oomlab dev``) raises the first such error; the learner's
+    commands pass ``strict=False``, so that one broken manifest blocks only its own exercise.
     """
 
-    def __init__(self, root: Path | None = None):
+    def __init__(self, root: Path | None = None, *, strict: bool = True):
         self.root = Path(root or find_root()).resolve()
         self.state = StateDir(self.root)
         solutions = self.root / "solutions"
         if not solutions.is_dir() and (shipped := shipped_root()) is not None:
             solutions = shipped / "solutions"
         exercises = []
-        for folder in sorted((self.root / "exercises").iterdir()):
+        self.broken: dict[str, OomLabError] = {}
+        try:
+            folders = sorted((self.root / "exercises").iterdir())
+        except OSError as err:
+            raise OomLabError(
+                f"Cannot list {shown(self.root / 'exercises')}: {err.strerror or err}.", "Make the folder readable."
+            ) from None
+        for folder in folders:
             if folder.is_dir() and not folder.name.startswith((".", "_")):
-                exercises.append(load_exercise(folder / "exercise.toml", self.root, solutions))
+                try:
+                    exercises.append(load_exercise(folder / "exercise.toml", self.root, solutions))
+                except OomLabError as err:
+                    self.broken[folder.name] = err
+        if strict and self.broken:
+            raise next(iter(self.broken.values()))
         self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (e.order, e.id))
 
+    def problem(self, ex_id: str) -> str:
+        """What is wrong with the broken exercise ``ex_id``, in one line, paths relative to the course."""
+        return self.broken[ex_id].what.replace(f"{self.root}{os.sep}", "").splitlines()[0]
+
     def get(self, key: str) -> Exercise:
-        """An exercise by id, or by its number in ``oomlab list``."""
+        """An exercise by id, or by its number in ``oomlab list`` (the broken ones are numbered after the rest).
+
+        A broken exercise raises its manifest's error.
+        """
         by_id = {e.id: e for e in self.exercises}
         if key in by_id:
             return by_id[key]
-        if key.isdigit() and 1 <= int(key) <= len(self.exercises):
-            return self.exercises[int(key) - 1]
-        close = difflib.get_close_matches(key, by_id, n=1)
+        if key in self.broken:
+            raise self.broken[key]
+        number = int(key) if key.isascii() and key.isdigit() and len(key) < 10 else 0
+        if 1 <= number <= len(self.exercises):
+            return self.exercises[number - 1]
+        if 1 <= number - len(self.exercises) <= len(self.broken):
+            raise list(self.broken.values())[number - len(self.exercises) - 1]
+        known = [*by_id, *self.broken]
+        close = difflib.get_close_matches(key, known, n=1)
         suggestion = f"Did you mean {close[0]!r}? " if close else ""
         raise OomLabError(
-            f"There is no exercise {key!r}.",
-            f"{suggestion}`oomlab list` shows them all: {', '.join(by_id)}.",
+            f"There is no exercise {shown(key)!r}.",
+            f"{suggestion}`oomlab list` shows them all: {', '.join(known)}.",
         )

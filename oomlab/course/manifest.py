@@ -101,6 +101,16 @@ def load_exercise(manifest: Path, root: Path, solutions: Path | None = None) -> 
     ``root`` is the course folder the learner works in; ``solutions`` the folder
     of reference fixes (default: ``root/solutions``).
     """
+    try:
+        return _load(manifest, root, solutions)
+    except (TypeError, AttributeError, KeyError, ValueError) as err:  # a table where a list belongs, and the like
+        raise OomLabError(
+            f"{manifest} is not shaped like an exercise.toml: {type(err).__name__}: {err}.",
+            "Compare it with another exercise.toml.",
+        ) from None
+
+
+def _load(manifest: Path, root: Path, solutions: Path | None) -> Exercise:
     from oomlab.grading.checks import CHECKS  # the registry of check names
 
     try:
@@ -109,6 +119,10 @@ def load_exercise(manifest: Path, root: Path, solutions: Path | None = None) -> 
         raise OomLabError(f"{manifest} does not exist.", "Every exercise folder needs an exercise.toml.") from None
     except tomllib.TOMLDecodeError as err:
         raise OomLabError(f"{manifest} is not valid TOML: {err}.", "Fix the syntax at the place named.") from None
+    except UnicodeDecodeError as err:
+        raise OomLabError(f"{manifest} is not UTF-8 text: {err.reason} at byte {err.start}.", "Save it as UTF-8.") from None
+    except OSError as err:
+        raise OomLabError(f"Cannot read {manifest}: {err.strerror or err}.", "Make it a readable file.") from None
 
     folder = manifest.parent.name
     ex_id = _require(data, "id", str, manifest)

@@ -14,13 +14,14 @@ edit would get the edit back.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import time
 from pathlib import Path
 
 from oomlab.course.manifest import Exercise
 from oomlab.course.shipped import is_source, shipped_root
-from oomlab.course.state import StateDir, write_atomic
+from oomlab.course.state import CannotWrite, StateDir, read_error, shown, write_atomic
 from oomlab.errors import OomLabError
 
 __all__ = ["keep_originals", "pristine_source", "reset", "shipped_source"]
@@ -55,7 +56,14 @@ def pristine_source(ex: Exercise) -> str:
     """The exercise as shipped, for ``reset`` and ``solution``."""
     kept = StateDir(ex.root).original(ex.id, ex.file)
     if kept.is_file():
-        return kept.read_text(encoding="utf-8")
+        try:
+            return kept.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise OomLabError(
+                f"The kept original {shown(kept)} cannot be read: {getattr(err, 'strerror', None) or err}.",
+                f"Delete it (oomlab keeps it again from {'git' if is_source(ex.root) else 'the package'}) "
+                "or make it readable, then try again.",
+            ) from None
     if not is_source(ex.root):
         return shipped_source(ex)
     source = _committed(ex)
@@ -64,8 +72,16 @@ def pristine_source(ex: Exercise) -> str:
             raise OomLabError(
                 f"{ex.learner_path} is missing and no original copy was kept.", "Restore it from the course repository."
             )
-        source = ex.learner_path.read_text(encoding="utf-8")
-    write_atomic(kept, source)  # first sight: from now on the original is this copy
+        try:
+            source = ex.learner_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise OomLabError(
+                f"No original of {ex.id} was kept, and {shown(ex.learner_path)} cannot be read as one: "
+                f"{getattr(err, 'strerror', None) or err}.",
+                "Restore it from the course repository.",
+            ) from None
+    with contextlib.suppress(CannotWrite):  # a read-only .oomlab/: the commands that must write say so
+        write_atomic(kept, source)  # first sight: from now on the original is this copy
     return source
 
 
@@ -77,12 +93,27 @@ def keep_originals(exercises) -> None:
 
 
 def reset(ex: Exercise) -> Path | None:
-    """Put the original back; return where the learner's version was kept, if there was one to keep."""
+    """Put the original back; return where the learner's version was kept, if there was one to keep.
+
+    The learner's version is kept before anything is overwritten: when it cannot be read or
+    kept, or the original cannot be written, nothing changes and the error says so.
+    """
     source = pristine_source(ex)
+    path = ex.learner_path
+    name = path.relative_to(ex.root).as_posix()
+    try:
+        current = path.read_bytes() if path.exists() else None
+    except OSError as err:
+        cannot = read_error(path, err, "your version", name)
+        raise OomLabError(f"{cannot.what} It has to be kept before the reset.", f"Nothing was changed. {cannot.todo}") from None
+    if current is not None and not os.access(path, os.W_OK):
+        raise OomLabError(
+            f"{name} is read-only, so the reset leaves it alone.",
+            f"Nothing was changed. Make it writable (chmod u+w {name}), then reset again.",
+        )
     backup = None
-    if ex.learner_path.is_file():
-        current = ex.learner_path.read_text(encoding="utf-8")
-        if current == source:
+    if current is not None:
+        if current == source.encode("utf-8"):
             return None
         folder = StateDir(ex.root).backups(ex.id)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -91,6 +122,18 @@ def reset(ex: Exercise) -> Path | None:
         while backup.exists():  # two resets within a second keep both versions
             n += 1
             backup = folder / f"{stamp}-{n}-{ex.file}"
-        write_atomic(backup, current)
-    write_atomic(ex.learner_path, source)
+        try:
+            write_atomic(backup, current)
+        except CannotWrite as err:
+            raise OomLabError(
+                f"Your version could not be kept before the reset. {err.what}",
+                f"Nothing was changed: {name} is as you left it. {err.todo}",
+            ) from None
+    try:
+        write_atomic(path, source)
+    except CannotWrite as err:
+        kept = f" (a copy is also kept at {backup.relative_to(ex.root).as_posix()})" if backup else ""
+        raise OomLabError(
+            f"The original could not be put back. {err.what}", f"{name} is as you left it{kept}. {err.todo}"
+        ) from None
     return backup

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from oomlab.course.state import StateDir, write_atomic
+from oomlab.course.state import CannotWrite, StateDir, make_folder, remove_empty_folders, shown, write_atomic
 from oomlab.errors import OomLabError
 
 __all__ = ["COPIED", "init_course", "shipped_root"]
@@ -53,23 +53,30 @@ def init_course(dest: Path) -> list[Path]:
     if shipped is None:
         raise OomLabError("This installation of oomlab carries no course.", "Reinstall it: pip install oomlab")
     dest = Path(dest).expanduser()
-    if dest.exists() and not dest.is_dir():
-        raise OomLabError(f"{dest} exists and is not a folder.", "Name a new folder: oomlab init my-course")
-    if dest.is_dir() and any(dest.iterdir()):
-        what = "is an OOM Lab course already" if (dest / "exercises").is_dir() else "is not empty"
-        raise OomLabError(f"{dest} {what}; nothing was changed.", "Name a new or empty folder: oomlab init my-course")
-    course = Course(shipped)
     try:
-        dest.mkdir(parents=True, exist_ok=True)
+        if dest.exists() and not dest.is_dir():
+            raise OomLabError(f"{shown(dest)} exists and is not a folder.", "Name a new folder: oomlab init my-course")
+        if dest.is_dir() and any(dest.iterdir()):
+            what = "is an OOM Lab course already" if (dest / "exercises").is_dir() else "is not empty"
+            raise OomLabError(f"{shown(dest)} {what}; nothing was changed.", "Name a new or empty folder: oomlab init my-course")
+    except OSError as err:  # a name too long, a parent we may not look into
+        raise OomLabError(f"Cannot use {shown(dest)}: {err.strerror or err}.", "Name a new folder you can write to.") from None
+    course = Course(shipped)
+    made = make_folder(dest)
+    try:
         for folder in COPIED:
             shutil.copytree(shipped / folder, dest / folder, ignore=IGNORED)
         state = StateDir(dest)
         for ex in course.exercises:
             write_atomic(state.original(ex.id, ex.file), ex.learner_path.read_text(encoding="utf-8"))
-        (dest / ".gitignore").write_text(f"{state.path.name}/\n__pycache__/\n", encoding="utf-8")
+        write_atomic(dest / ".gitignore", f"{state.path.name}/\n__pycache__/\n")
+    except CannotWrite:
+        raise
     except OSError as err:
         raise OomLabError(
-            f"Could not write the course into {dest}: {err.strerror or err}.",
+            f"Could not write the course into {shown(dest)}: {err.strerror or err}.",
             "Choose a folder you can write to.",
         ) from None
+    finally:
+        remove_empty_folders(made)
     return [dest / folder for folder in COPIED]

@@ -8,20 +8,24 @@ says what to fix first.
 
 from __future__ import annotations
 
+import difflib
+import errno
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from oomlab.course import Course, find_root
 from oomlab.course.manifest import Exercise
-from oomlab.course.state import StateDir
+from oomlab.course.state import NAME, StateDir, make_folder, remove_empty_folders, require_readable, shown, write_error
 from oomlab.errors import OomLabError
 from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, measure
 from oomlab.measure.machine import machine_error
 from oomlab.oom import first_line
 from oomlab.units import parse_size
 
-__all__ = ["Target", "budget_option", "default_out_dir", "resolve", "run_tool"]
+__all__ = ["Target", "budget_option", "default_out_dir", "path_kind", "resolve", "run_tool", "time_limit_option"]
 
 
 @dataclass(frozen=True)
@@ -40,37 +44,113 @@ class Target:
 
 
 def budget_option(text: str | None) -> int | None:
-    """``--budget`` as bytes; None when not given."""
+    """``--budget`` as bytes; None when not given (an empty ``--budget ''`` is an error, not "not given")."""
     if text is None:
         return None
     try:
         return parse_size(text)
     except ValueError as err:
-        raise OomLabError(f"--budget: {err}.", "Write it like 2GiB, 1.5GiB, 800MiB or a whole number of bytes.") from None
+        raise OomLabError(
+            f"--budget: {shown(err, 200)}.", "Write it like 2GiB, 1.5GiB, 800MiB or a whole number of bytes."
+        ) from None
+
+
+def time_limit_option(seconds: float | None) -> float | None:
+    """``--time-limit`` in seconds; None when not given. Zero, negative, infinite or NaN is refused."""
+    if seconds is None:
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise OomLabError(
+            f"--time-limit: {seconds:g} is not a positive number of seconds.",
+            "Give the seconds a run may take, such as --time-limit 600, or leave it out for the default.",
+        )
+    return seconds
+
+
+def path_kind(path: Path) -> str:
+    """``"file"``, ``"folder"`` or ``"missing"``; a path that cannot even be looked at is a clear error."""
+    try:
+        if path.is_dir():
+            return "folder"
+        return "file" if path.exists() else "missing"
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise OomLabError(
+                f"{shown(path)} is too long to be a file name or an exercise id.",
+                "Give an exercise id (oomlab list) or the path of a training script.",
+            ) from None
+        raise OomLabError(
+            f"Cannot look at {shown(path)}: {err.strerror or err}.", "Check the path and its permissions."
+        ) from None
+
+
+def close_files(path: Path, pattern: str = "*.py") -> str:
+    """For a mistyped file name: "Did you mean ...?", from the files beside it that match ``pattern``; else ""."""
+    try:
+        names = sorted(p.name for p in path.parent.glob(pattern) if p.is_file())
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
+    if not close:
+        return ""
+    shown_as = [str(path.parent / name) if str(path.parent) != "." else name for name in close]
+    return f"Did you mean {' or '.join(shown_as)}? "
+
+
+def files_in(folder: Path, pattern: str = "*.py", limit: int = 5) -> str:
+    """The first few files in ``folder`` that match ``pattern``, for a message; "" when none or unreadable."""
+    try:
+        names = sorted(str(p) for p in folder.glob(pattern) if p.is_file())
+    except OSError:
+        return ""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 def resolve(words: list[str], budget: str | None = None, time_limit_s: float | None = None) -> Target:
-    """An exercise id (or number) runs that exercise's current file under its budget; a path runs that script."""
+    """An exercise id (or number) runs that exercise's current file under its budget; a path runs that script.
+
+    What the first word is (a folder, a script, a file that is missing, an exercise id) is
+    settled before any course folder is looked for, so that the message names the real problem.
+    """
     if not words:
         raise OomLabError("No target given.", "Name an exercise (oomlab list) or a script: oomlab snapshot train.py --lr 3e-4")
     first, rest = words[0], tuple(words[1:])
+    budget_bytes = budget_option(budget)
+    time_limit_s = time_limit_option(time_limit_s)
     path = Path(first)
-    if first.endswith(".py") or path.is_file():
-        if not path.is_file():
-            raise OomLabError(f"{first} does not exist.", "Give the path of a Python training script.")
+    kind = path_kind(path)
+    if kind == "folder":
+        scripts = files_in(path)
+        raise OomLabError(
+            f"{shown(first)} is a folder, not a training script.",
+            f"Give a script in it ({scripts})." if scripts else "Give the path of a Python training script, or an exercise id.",
+        )
+    if kind == "file":
         return Target(
             script=path.resolve(),
             args=rest,
-            budget_bytes=budget_option(budget),
+            budget_bytes=budget_bytes,
             alloc_conf="",
             time_limit_s=time_limit_s or 600,
             label=path.stem,
             root=path.resolve().parent,
         )
-    ex = Course().get(first)
+    if first.endswith(".py") or "/" in first or os.sep in first:
+        raise OomLabError(f"{shown(first)} does not exist.", f"{close_files(path)}Give the path of a Python training script.")
+    try:
+        root = find_root()
+    except OomLabError:
+        raise OomLabError(
+            f"{shown(first)!r} is neither a file here nor an exercise: there is no OOM Lab course folder at or above "
+            f"{shown(Path.cwd())} to look it up in.",
+            f"{close_files(path.with_suffix('.py'))}Give the path of a training script, or run inside a course "
+            "folder (`oomlab init my-course` makes one).",
+        ) from None
+    ex = Course(root, strict=False).get(first)
     if rest:
-        raise OomLabError(f"An exercise takes no arguments; got {' '.join(rest)}.", f"Run just: oomlab ... {ex.id}")
-    return exercise_target(ex, budget_option(budget), time_limit_s)
+        raise OomLabError(f"An exercise takes no arguments; got {shown(' '.join(rest))}.", f"Run just: oomlab ... {ex.id}")
+    return exercise_target(ex, budget_bytes, time_limit_s)
 
 
 def exercise_target(
@@ -106,12 +186,39 @@ def default_out_dir(target: Target, tool: str) -> Path:
 
 
 def run_tool(target: Target, tool: str, out_dir: Path | None = None, options: dict | None = None) -> tuple[Measurement, dict]:
-    """Run ``target`` once with ``tool``'s probe; return the measurement and what the probe found."""
-    out_dir = (out_dir or default_out_dir(target, tool)).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*"):
-        if old.is_file():
-            old.unlink()  # results of an earlier run of the same tool would mislead
+    """Run ``target`` once with ``tool``'s probe; return the measurement and what the probe found.
+
+    The folder is made for the run and removed again when the run leaves nothing in it.
+    """
+    out_dir = Path(out_dir or default_out_dir(target, tool))
+    made = make_folder(out_dir)
+    try:
+        return _run_tool(target, tool, out_dir.resolve(), options)
+    finally:
+        remove_empty_folders(made)
+
+
+def _clear_earlier_results(out_dir: Path, tool: str) -> None:
+    """Results of an earlier run of the same tool would mislead: remove them, and check that the folder takes files.
+
+    In oomlab's own folder (under ``.oomlab/``) every file goes; in a folder the user named, only the tool's
+    result file, so that nothing of the user's is ever deleted.
+    """
+    own = NAME in out_dir.parts
+    probe = out_dir / f".oomlab-write-test-{os.getpid()}"
+    try:
+        for old in out_dir.glob("*") if own else [out_dir / f"{tool}.json"]:
+            if old.is_file():
+                old.unlink()
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise write_error(out_dir, err, "write the results into") from None
+
+
+def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) -> tuple[Measurement, dict]:
+    require_readable(target.script, "the script")
+    _clear_earlier_results(out_dir, tool)
     opts = {
         "script": str(target.script),
         "budget_bytes": target.budget_bytes,
