@@ -24,7 +24,7 @@ INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
 	|| $(PIP) "$(TORCH)"
 endif
 
-.PHONY: start test torch lint format docs serve verify figures clean
+.PHONY: start test torch lint format docs serve verify figures facts clean
 
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -67,6 +67,10 @@ verify: $(BIN)/oomlab
 # On a GPU: redraw the site's pictures into course/figures/.
 figures: $(BIN)/oomlab
 	$(BIN)/oomlab dev figures
+
+# On a GPU: run the probes in course/probes/ and rewrite course/measurements/facts.json.
+facts: $(BIN)/oomlab
+	$(BIN)/oomlab dev facts
 
 clean:
 	rm -rf $(VENV) site build  # never .oomlab: it keeps your backups

@@ -144,3 +144,28 @@ def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
             assert f'href="../../figures/{figure["snapshot"]}"' in page, "the snapshot is not linked from its page"
             assert load_snapshot(path)["segments"], f"{path.name} holds no segments"
     assert snapshots, "no exercise offers its allocator snapshot"
+
+
+def test_exercise_pages_say_what_each_threshold_means(site, course):
+    """A check's settings (tolerance, slack_mib, max, rtol) come with the limit the grader computes from them."""
+    from oomlab.grading.checks import CHECKS, RelativeBytes
+
+    for ex in course.exercises:
+        text = text_of(exercise_page(site, ex.id))
+        assert "Passes when" in text
+        for name, params in ex.checks.items():
+            check = CHECKS[name]
+            if isinstance(check, RelativeBytes) and "tolerance" in params:
+                assert f"plus {params['tolerance']:.0%}" in text, f"{ex.id}: {name}'s tolerance is not explained"
+            if isinstance(check, RelativeBytes) and params.get("slack_mib"):
+                assert "max(reference ×" in text, f"{ex.id}: {name}'s slack is not explained"
+
+
+def test_every_fact_marker_is_rendered(site):
+    """No marker survives the build; with facts.json committed, no hand-written page says 'not measured yet'."""
+    measured = (ROOT / "course" / "measurements" / "facts.json").is_file()
+    for page in site.rglob("*.html"):
+        raw = page.read_text(encoding="utf-8")
+        assert "oomlab:fact" not in raw, f"{page.relative_to(site)} still holds a fact marker"
+        if measured:
+            assert "not measured yet" not in text_of(page), f"{page.relative_to(site)} shows a fact as not measured"

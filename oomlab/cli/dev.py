@@ -1,4 +1,9 @@
-"""``oomlab dev``: maintainers' commands, run on a GPU, that write the course's committed reports."""
+"""``oomlab dev``: maintainers' commands, run on a GPU, that write the course's committed reports.
+
+- ``verify``: ``course/measurements/verify.json``, every exercise's runs;
+- ``figures``: ``course/figures/``, the tools' pictures;
+- ``facts``: ``course/measurements/facts.json``, the probes in ``course/probes/`` (see :mod:`oomlab.site.facts`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from oomlab.cli import console, dev_app
 from oomlab.cli.render import relpath
 from oomlab.course import Course
 from oomlab.course.state import write_atomic
+from oomlab.errors import OomLabError
 from oomlab.units import in_mib
 
 VERIFY_JSON = Path("course/measurements/verify.json")
@@ -82,3 +88,40 @@ def figures(out: Optional[Path] = typer.Option(None, help=f"where the site's pic
         written = regenerate(course, out or course.root / FIGURES_DIR, note=lambda s: status.update(s))
     for path in written:
         console.print(f"Wrote {relpath(path, course.root)}")
+
+
+@dev_app.command()
+def facts(
+    probe: Optional[list[str]] = typer.Option(None, "--probe", help="run only this probe (repeatable); prints, writes nothing"),
+    json_path: Optional[Path] = typer.Option(
+        None, "--json", help="where to write the report (default: course/measurements/facts.json)"
+    ),
+) -> None:
+    """Run the site's probes on this GPU, each in a fresh process, and write the facts the pages quote."""
+    from oomlab.site import facts as site_facts
+
+    course = Course()
+    probes = site_facts.find_probes(course.root / site_facts.PROBES_DIR)
+    if probe:
+        unknown = sorted(set(probe) - {p.name for p in probes})
+        if unknown:
+            raise OomLabError(
+                f"No probe named {', '.join(unknown)} in {site_facts.PROBES_DIR}.",
+                "Probes: " + ", ".join(p.name for p in probes),
+            )
+        probes = [p for p in probes if p.name in probe]
+    with console.status("Running the probes…") as status:
+        report = site_facts.measure(probes, course.root, note=lambda s: status.update(f"Probe {s}…"))
+    console.print(f"Measured on {report['gpu']}, torch {report['torch']}, CUDA {report['cuda']}:")
+    console.print_json(json.dumps(report["facts"]))
+    for name, error in (report.get("errors") or {}).items():
+        console.print(Text(f"✗ probe {name}: {error}", style="bold red"))
+    if report.get("errors"):
+        console.print(Text("Nothing written: every probe must succeed.", style="bold red"))
+        raise typer.Exit(1)
+    if probe and json_path is None:
+        console.print("Only some probes ran: nothing written (name --json to write them).")
+        return
+    path = json_path or course.root / site_facts.FACTS_JSON
+    site_facts.write(report, path)
+    console.print(f"Wrote {relpath(path, course.root)}")

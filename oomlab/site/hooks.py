@@ -9,7 +9,12 @@
   (written by ``oomlab dev verify`` on a GPU), so no number a run produced is typed by hand;
 - the ``Exercises`` section of the nav, in course order;
 - in hand-written pages, ``<!-- oomlab:exercises -->`` becomes a table of the
-  exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP.
+  exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP;
+- in any page, ``<!-- oomlab:fact probe.key -->`` becomes a figure that a probe script in
+  ``course/probes/`` measured, from ``course/measurements/facts.json`` (written by
+  ``oomlab dev facts`` on a GPU; see :mod:`oomlab.site.facts`), and the page ends with where
+  its measured figures come from. An unknown fact fails the build; a fact not measured yet
+  reads "not measured yet", with the command that measures it.
 """
 
 from __future__ import annotations
@@ -33,11 +38,15 @@ if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders
 
 from oomlab.course.manifest import STEP_NAMES, Exercise  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
+from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.steps import step  # noqa: E402
-from oomlab.units import MIB, in_mib  # noqa: E402
+from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
 VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
 FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab dev figures`
+FACTS_JSON = "measurements/facts.json"  # relative to docs_dir; written by `oomlab dev facts`
+PROBES = "probes"  # relative to docs_dir: the probe scripts behind facts.json
+PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
 
 
@@ -50,7 +59,8 @@ FIGURES = (  # (verify.json key, column heading)
 FRONT_MATTER = "---\nhide:\n  - toc\n---\n\n"
 
 # Per build: the exercises in course order and the parsed verify.json.
-_state: dict = {"exercises": [], "report": None, "report_problem": "", "figures": {}}
+# The facts: facts.json (None before `oomlab dev facts` ran), the probes by name, and the derived figures.
+_state: dict = {"exercises": [], "report": None, "report_problem": "", "figures": {}, "facts": None, "probes": {}, "derived": {}}
 
 
 # --------------------------------------------------------------------------- formatting
@@ -97,7 +107,11 @@ def cell(text: str) -> str:
 
 
 def budget(ex: Exercise) -> str:
-    return f"{ex.budget_bytes / MIB:,.0f} MiB ({ex.budget_bytes:,} bytes)" if ex.budget_bytes % MIB == 0 else f"{ex.budget_mib:,.2f} MiB ({ex.budget_bytes:,} bytes)"
+    return (
+        f"{ex.budget_bytes / MIB:,.0f} MiB ({ex.budget_bytes:,} bytes)"
+        if ex.budget_bytes % MIB == 0
+        else f"{ex.budget_mib:,.2f} MiB ({ex.budget_bytes:,} bytes)"
+    )
 
 
 def fence(code: str, info: str) -> str:
@@ -125,6 +139,7 @@ def link_from(page_src_uri: str, target: str) -> str:
 
 
 # --------------------------------------------------------------------------- verify.json
+
 
 def load_report(docs_dir: Path) -> tuple[dict | None, str]:
     path = docs_dir / VERIFY_JSON
@@ -217,7 +232,240 @@ def expectation_notes(row: dict) -> list[str]:
     return notes
 
 
+# --------------------------------------------------------------------------- facts.json
+
+
+def fact(name: str) -> str:
+    """One measured fact as a page shows it (for the generated pages; hand-written ones use the marker)."""
+    try:
+        value = site_facts.lookup(_state["facts"], name, _state["probes"])
+    except site_facts.UnknownFact as err:
+        raise PluginError(f"oomlab/site/hooks.py: {err}") from None
+    return value if value is site_facts.NOT_MEASURED else site_facts.format_value(name, value)
+
+
+def derived_facts(exercises: list[Exercise], report: dict | None) -> dict:
+    """Figures that follow from the manifests and facts.json: ``course.*`` in a fact marker."""
+    largest = max((ex.budget_bytes for ex in exercises), default=0)
+    context = None
+    if report is not None and isinstance(report["facts"].get("cuda_context"), dict):
+        context = report["facts"]["cuda_context"].get("non_pytorch_bytes")
+    return {
+        "course": {
+            "largest_budget_bytes": largest,
+            # the largest budget plus what a capped process holds outside the allocator
+            "need_bytes": site_facts.NOT_MEASURED if context is None else largest + context,
+        }
+    }
+
+
+def facts_provenance(page_src_uri: str, shown: list[str]) -> list[str]:
+    """The end of a page that quotes measured facts: where they come from, or that they are not measured yet."""
+    probes = sorted({name.split(".", 1)[0] for name in shown if name.split(".", 1)[0] in _state["probes"]})
+    if not probes:
+        return []
+    links = ", ".join(f"[`{p}.py`]({link_from(page_src_uri, f'{PROBES}/{p}.py')})" for p in probes)
+    report = _state["facts"]
+    md = ["", "## Where the measured figures come from", ""]
+    if report is None:
+        return md + [
+            '!!! info "Not measured yet"',
+            "",
+            f"    The figures marked {site_facts.NOT_MEASURED} come from the probe scripts {links}. "
+            f"`{site_facts.COMMAND}` runs each of them in a fresh process on a CUDA GPU and writes "
+            "`course/measurements/facts.json`, which this page then quotes.",
+            "",
+        ]
+    md += [
+        f"The figures on this page that are not cited to PyTorch's source were measured by the probe scripts {links}: "
+        f"`{site_facts.COMMAND}` ran each in a fresh process on {report.get('gpu') or 'an unknown GPU'}, torch "
+        f"{report.get('torch') or '?'}, CUDA {report.get('cuda') or '?'}, {measured_date(report)}, and wrote "
+        f"[`{FACTS_JSON}`]({link_from(page_src_uri, FACTS_JSON)}). They hold for that GPU and torch; "
+        "run the probes on yours to compare.",
+        "",
+    ]
+    stale = [p for p in site_facts.stale_probes(report, [_state["probes"][p] for p in probes]) if p in probes]
+    if stale:
+        md += [
+            '!!! warning "Measured with an older version of a probe"',
+            "",
+            f"    {', '.join(f'`{p}`' for p in stale)} changed since facts.json was written: run `{site_facts.COMMAND}` again.",
+            "",
+        ]
+    return md
+
+
+def render_facts(markdown: str, page_src_uri: str) -> str:
+    try:
+        markdown, shown = site_facts.render(markdown, _state["facts"], _state["probes"], _state["derived"])
+    except site_facts.UnknownFact as err:
+        raise PluginError(f"{page_src_uri}: {err}") from None
+    return markdown.rstrip("\n") + "\n" + "\n".join(facts_provenance(page_src_uri, shown)) + "\n"
+
+
+# --------------------------------------------------------------------------- what a check's threshold is
+
+
+def _as_measurement(stats: dict):
+    from oomlab.measure.harness import Measurement
+
+    return Measurement(script="", status="ok", stats=stats)
+
+
+def _largest_passing(check, stat: str, base: int, params: dict) -> int:
+    """The largest figure the grader's own check passes, against a reference of ``base``: its limit."""
+    ref = _as_measurement({stat: base})
+    passes = lambda v: check.evaluate(_as_measurement({stat: v}), ref, params).passed  # noqa: E731
+    lo, hi = base, max(2 * base, base + 1)
+    while passes(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
+
+
+def passes_when(name: str, params: dict, reference: dict | None, where: str) -> str:
+    """What a check's thresholds mean, in words, computed by the grader's own code from the manifest's values."""
+    from oomlab.grading.checks import CHECKS, RelativeBytes, Retries, SameResults
+
+    check = CHECKS[name]
+    if isinstance(check, RelativeBytes):
+        # The relative and the absolute allowance, as the check computes them: on a huge and on a one-byte reference.
+        huge = 1 << 40
+        tolerance = _largest_passing(check, check.stat, huge, params) / huge - 1
+        slack = _largest_passing(check, check.stat, 1, params) - 1
+        text = f"at most the reference fix's `{check.stat}` plus {tolerance:.0%}"
+        if slack > tolerance:
+            text += f", or plus {format_bytes(slack)} where that is more"
+        text += (
+            f": the limit is max(reference × {1 + tolerance:g}, reference + {format_bytes(slack)})" if slack > tolerance else ""
+        )
+        base = (reference or {}).get(check.stat)
+        if base is not None:
+            limit = _largest_passing(check, check.stat, base, params)
+            text += f". With the reference's {format_bytes(base)} on {where}: at most {format_bytes(limit)}"
+        return text
+    if isinstance(check, Retries):
+        limit = next(n for n in range(1000) if not check.evaluate(_as_measurement({"retries": n + 1}), None, params).passed)
+        return (
+            "no cache-flush retry (`num_alloc_retries` is 0)"
+            if limit == 0
+            else f"at most {limit} cache-flush retries (`num_alloc_retries`)"
+        )
+    if isinstance(check, SameResults):
+        given = ", ".join(f"`{k} = {v}`" for k, v in params.items())
+        return (
+            "every step's loss, and the final weights' sum and norm, within `atol + rtol × abs(reference)` of the "
+            "reference fix's (the rule of `numpy.isclose`)" + (f", with {given}" if given else "")
+        )
+    return ""
+
+
+# --------------------------------------------------------------------------- what the measurements mean
+
+_PROCESS_IN_USE = re.compile(r"this process has ([\d.]+) ([KMGT]i?B) memory in use")
+_FAILED_STEP = re.compile(r"asking for ([\d,.]+) MiB more with ([\d,.]+) MiB live")
+
+
+def process_memory_note(ex: Exercise, row: dict) -> list[str]:
+    """What the driver counted for the failed process against what the allocator reserved: memory outside the budget."""
+    for label, run in runs(row):
+        m = _PROCESS_IN_USE.search(run.get("message") or "")
+        if not m or run.get("peak_reserved") is None:
+            continue
+        label = f"the {label}" if not label.startswith("wrong fix: ") else f"the wrong fix `{label.removeprefix('wrong fix: ')}`"
+        in_use = round(float(m.group(1)) * UNIT_BYTES[m.group(2).lower()])
+        outside = in_use - run["peak_reserved"]
+        if outside <= 0:
+            return []
+        return [
+            f"When {label} failed, its message says the driver counted {m.group(1)} {m.group(2)} in use by the process "
+            f"(*Including non-PyTorch memory, this process has ...*), while the allocator never reserved more than "
+            f"{format_bytes(run['peak_reserved'])}: at least about {format_bytes(outside)} of the process's memory was outside "
+            f"PyTorch's allocator, and so outside the {format_bytes(ex.budget_bytes)} budget, which caps only the allocator "
+            f"([`set_per_process_memory_fraction`]({PYTORCH_SOURCE}c10/cuda/CUDACachingAllocator.cpp)). A GPU needs that "
+            "much free on top of the budget to measure this exercise.",
+            "",
+        ]
+    return []
+
+
+def reserved_note(ex: Exercise, row: dict) -> list[str]:
+    """Why the fix can reserve as much as the bug: reserved memory counts the allocator's cache."""
+    bug, fix = row.get("buggy") or {}, row.get("solution") or {}
+    keys = ("peak_allocated", "peak_reserved")
+    if any(r.get(k) is None for r in (bug, fix) for k in keys):
+        return []
+    if not (fix["peak_allocated"] < bug["peak_allocated"] and fix["peak_reserved"] >= 0.98 * bug["peak_reserved"]):
+        return []
+    same = "the same" if fix["peak_reserved"] == bug["peak_reserved"] else "about as much"
+    return [
+        f"The reference fix lowers peak allocated memory ({in_mib(bug['peak_allocated'])} to {in_mib(fix['peak_allocated'])} MiB) "
+        f"but reserves {same} ({in_mib(fix['peak_reserved'])} MiB, against the bug's {in_mib(bug['peak_reserved'])} MiB). "
+        "Reserved memory is every segment the allocator holds, cached free ones included, and it can never exceed the "
+        f"budget ({in_mib(ex.budget_bytes, 0)} MiB here): with the default settings the allocator keeps the segments that "
+        "freed tensors leave and returns them to the driver only when a request cannot be served otherwise (a retry) or on "
+        f"`empty_cache()` ([source]({PYTORCH_SOURCE}c10/cuda/CUDACachingAllocator.cpp)). What live tensors need at the worst "
+        "moment is peak allocated, and that is what this exercise grades.",
+        "",
+    ]
+
+
+def failed_step_note(ex: Exercise, figure: dict) -> list[str]:
+    """The tool's failed-step figure against the run's peak in the measurements table."""
+    m = _FAILED_STEP.search(figure.get("headline") or "")
+    bug = (measured(ex.id) or {}).get("buggy") or {}
+    if not m or bug.get("peak_allocated") is None:
+        return []
+    request, live = (float(g.replace(",", "")) for g in m.groups())
+    peak = bug["peak_allocated"] / MIB
+    md = [
+        f"The headline's {m.group(2)} MiB is what was live in the step that failed, when it asked for {m.group(1)} MiB more: "
+        f"{live + request:,.1f} MiB, over the {in_mib(ex.budget_bytes)} MiB budget."
+    ]
+    if peak > live + 1:
+        md[0] += (
+            f" The table's peak allocated for the buggy script, {peak:,.1f} MiB, is the allocator's highest figure over the "
+            "whole run (`allocated_bytes.all.peak`): an earlier moment of the run went higher than the failed step did, and "
+            "fit, because what it asked for came on top of less."
+        )
+    return md + [""]
+
+
+def probes_measured(page_src_uri: str, *probes: str) -> str:
+    """Where a generated page's measured facts come from, in a few words."""
+    links = " and ".join(f"[`{p}.py`]({link_from(page_src_uri, f'{PROBES}/{p}.py')})" for p in probes)
+    report = _state["facts"]
+    if report is None:
+        return f"the probes {links}, which `{site_facts.COMMAND}` runs on a CUDA GPU, have not run yet"
+    return f"measured by the probes {links}, run by `{site_facts.COMMAND}` on {report.get('gpu') or '?'}, torch {report.get('torch') or '?'}"
+
+
+def profile_legend(page_src_uri: str) -> list[str]:
+    """What the profile chart's categories are, with the measured figures behind the "kept" band."""
+    source = f"{PYTORCH_SOURCE}aten/src/ATen/cuda/CublasHandlePool.cpp"
+    return [
+        "**Reading the chart.** Each band is memory by what the tensor is for. The profiler's memory model "
+        f"([`torch/profiler/_memory_profiler.py`]({PYTORCH_SOURCE}torch/profiler/_memory_profiler.py)) sorts tensors into "
+        "parameters, gradients, optimizer state, activations, temporaries, inputs and autograd detail where it can; in a "
+        "probe it named "
+        f"{fact('profiler_memory_model.forward.named_fraction')} of the bytes allocated on the GPU in forward passes, "
+        "so the tool names the rest by when each tensor lived: *activations* live from the forward pass into backward, "
+        "*temporaries* are freed before backward, *autograd detail* is made by backward, and *kept past its step* is "
+        "still live after the step that made it. With nothing leaking, that last band is library memory that lives as "
+        "long as the process: the cuBLAS workspaces, which PyTorch's allocator hands to cuBLAS per thread and stream "
+        f"the first time it multiplies matrices there, and keeps ([source]({source})). Backward runs on autograd's own "
+        "thread, so a training step has two. Measured: "
+        f"{fact('cublas_workspace.first_matmul_bytes')} at the first matrix product, "
+        f"{fact('cublas_workspace.first_backward_bytes')} more at the first backward ("
+        f"{probes_measured(page_src_uri, 'profiler_memory_model', 'cublas_workspace')}).",
+        "",
+    ]
+
+
 # --------------------------------------------------------------------------- pages
+
 
 def exercise_page(ex: Exercise, number: int, total: int) -> str:
     from oomlab.grading.checks import ALWAYS, CHECKS
@@ -255,22 +503,41 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
         "",
         f"## The script: `{rel_script}`",
         "",
-        f"As shipped. Fix it in place, without changing what it computes: the grader compares "
-        f"your run with a reference fix on the same GPU.",
+        "As shipped. Fix it in place, without changing what it computes: the grader compares "
+        "your run with a reference fix on the same GPU.",
         "",
         fence(script.read_text(encoding="utf-8"), f'python linenums="1" title="{rel_script}"'),
         "",
         "## What the grader checks",
         "",
-        "| Check | Settings | Why |",
-        "|---|---|---|",
+        "Thresholds are relative to the reference fix measured on the same GPU and torch version; *passes when* is "
+        "computed by the grader's own check from the settings in `exercise.toml`"
+        + (
+            f", with the reference's figures from `oomlab dev verify` on {measured_on(_state['report'])}."
+            if measured(ex.id)
+            else "."
+        ),
+        "",
+        "| Check | Settings | Passes when | Why |",
+        "|---|---|---|---|",
     ]
+    row = measured(ex.id)
+    reference = (row or {}).get("solution")
+    where = measured_on(_state["report"]) if row else ""
     for name in [*ALWAYS, *(n for n in ex.checks if n not in ALWAYS)]:
-        params = ", ".join(f"{k} = {v}" for k, v in ex.checks.get(name, {}).items()) or "-"
+        given = ex.checks.get(name, {})
+        params = ", ".join(f"{k} = {v}" for k, v in given.items()) or "-"
         symptom = " (the seeded bug fails this one)" if name == ex.symptom else ""
-        md.append(f"| `{name}`{symptom} | {cell(params)} | {cell(CHECKS[name].why)} |")
+        rule = passes_when(name, given, reference, where) or "-"
+        md.append(f"| `{name}`{symptom} | {cell(params)} | {cell(rule)} | {cell(CHECKS[name].why)} |")
 
-    md += ["", "## Hints", "", f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.", ""]
+    md += [
+        "",
+        "## Hints",
+        "",
+        f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.",
+        "",
+    ]
     for i, hint in enumerate(ex.hints, 1):
         md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
 
@@ -304,7 +571,12 @@ def measurement_section(ex: Exercise) -> list[str]:
         "",
     ]
     for problem in staleness(ex, row):
-        md += ['!!! warning "Measured on an older version of this exercise"', "", f"    {upper_first(problem)}: run `oomlab dev verify` again.", ""]
+        md += [
+            '!!! warning "Measured on an older version of this exercise"',
+            "",
+            f"    {upper_first(problem)}: run `oomlab dev verify` again.",
+            "",
+        ]
     md += [RUN_HEADER, *(run_row(label, run) for label, run in runs(row)), ""]
     for note in expectation_notes(row):
         md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
@@ -314,7 +586,8 @@ def measurement_section(ex: Exercise) -> list[str]:
         where = f" at `{buggy['where']}`" if buggy.get("where") else ""
         message = buggy["message"] + (" …" if len(buggy["message"]) >= 300 else "")
         md += [f"The buggy script's error{where} (first line, as recorded):", "", "> " + _escape(message), ""]
-
+    md += process_memory_note(ex, row)
+    md += reserved_note(ex, row)
     return md
 
 
@@ -333,9 +606,13 @@ def figure_section(ex: Exercise) -> list[str]:
         f"{str(index.get('created', '?'))[:10]}: the tool run on the buggy script and on the reference fix.",
         "",
     ]
+    if tool == "profile":
+        md += profile_legend(uri)
     for figure in sorted(shown, key=lambda f: f["variant"] != "bug"):
         label = "The buggy script" if figure["variant"] == "bug" else "The reference fix"
         md += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
+        if figure["variant"] == "bug":
+            md += failed_step_note(ex, figure)
         for name in figure["files"]:
             md += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
         if figure.get("snapshot"):
@@ -406,7 +683,7 @@ def measurements_page() -> str:
             continue
         md += [f"Budget {budget(ex)}.", ""]
         for problem in staleness(ex, row):
-            md += [f"!!! warning \"Measured on an older version\"", "", f"    {upper_first(problem)}.", ""]
+            md += ['!!! warning "Measured on an older version"', "", f"    {upper_first(problem)}.", ""]
         md += [RUN_HEADER, *(run_row(label, r) for label, r in runs(row, cheats=True)), ""]
         for note in expectation_notes(row):
             md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
@@ -438,6 +715,7 @@ def exercise_list(page_src_uri: str, step_name: str | None) -> str:
 
 # --------------------------------------------------------------------------- hooks
 
+
 def on_config(config):
     from oomlab.course import Course
 
@@ -447,6 +725,17 @@ def on_config(config):
     except OomLabError as err:
         raise PluginError(str(err)) from None
     _state["report"], _state["report_problem"] = load_report(Path(config.docs_dir))
+    docs = Path(config.docs_dir)
+    try:
+        _state["facts"] = site_facts.load(docs / FACTS_JSON)
+        _state["probes"] = {p.name: p for p in site_facts.find_probes(docs / PROBES)}
+    except ValueError as err:
+        raise PluginError(f"course/{FACTS_JSON} is not a facts report: {err}") from None
+    except OomLabError as err:
+        raise PluginError(str(err)) from None
+    _state["derived"] = derived_facts(_state["exercises"], _state["facts"])
+    if _state["facts"] is None:
+        log.info(f"There is no {FACTS_JSON} yet: on a CUDA GPU, `{site_facts.COMMAND}` writes it.")
     figures = Path(config.docs_dir) / FIGURES_JSON
     _state["figures"] = json.loads(figures.read_text(encoding="utf-8")) if figures.is_file() else {}
     if _state["report_problem"]:
@@ -475,6 +764,8 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    if "oomlab:exercises" not in markdown:
-        return markdown
-    return MARKER.sub(lambda m: exercise_list(page.file.src_uri, m.group(1)), markdown)
+    if "oomlab:exercises" in markdown:
+        markdown = MARKER.sub(lambda m: exercise_list(page.file.src_uri, m.group(1)), markdown)
+    if "oomlab:fact" in markdown:
+        markdown = render_facts(markdown, page.file.src_uri)
+    return markdown
