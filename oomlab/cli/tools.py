@@ -88,7 +88,7 @@ def show_snapshot_file(path: Path, out: Path | None) -> None:
         raise OomLabError(f"No snapshot at {shown(path)}.", f"{close_files(path, '*.pickle')}Give the path of a .pickle file.")
     snapshot = analysis("snapshot")
     result = snapshot.analyze(snapshot.load_snapshot(path))
-    out_dir = out or default_out_dir(Target(path, (), None, "", 0, path.stem[:60]), "snapshot")
+    out_dir = out or default_out_dir(path.stem[:60], "snapshot")
     made = make_folder(out_dir) if out else []  # a folder the user named must take the pictures; ours is made as drawn
     try:
         console.rule(f"snapshot · {shown(path.name, 60)}")
@@ -112,7 +112,7 @@ def diagnose(
     from oomlab.measure.machine import parallel_runs
 
     resolved = resolve(target, budget, time_limit)
-    base = out or default_out_dir(resolved, "diagnose")
+    base = out or default_out_dir(resolved.label, "diagnose")
     made = make_folder(base)
     try:
         # Each tool is its own process under its own budget, so they can run at once where the GPU holds them;

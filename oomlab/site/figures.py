@@ -31,7 +31,7 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None) 
         bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol: bug).script()
         for variant, script, shown in (("bug", bug, ex.learner_path), ("fix", ex.solution_path, ex.solution_path)):
             note(f"{tool.name} on {ex.id} ({variant})…")
-            target = exercise_target(ex, script=script, shown=shown)
+            target = exercise_target(ex, script=script, shown_as=shown)
             m, result = run_tool(target, tool.name, StateDir(course.root).figure_run(ex.id, variant), tool.figure_options)
             index.setdefault("gpu", m.gpu)
             index.setdefault("torch", m.torch)

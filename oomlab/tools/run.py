@@ -158,11 +158,11 @@ def exercise_target(
     budget_bytes: int | None = None,
     time_limit_s: float | None = None,
     script: Path | None = None,
-    shown: Path | None = None,
+    shown_as: Path | None = None,
 ) -> Target:
-    """The learner's file of ``ex`` (or ``script``, shown in shared files as ``shown``) under the exercise's settings."""
+    """The learner's file of ``ex`` (or ``script``, named in shared files as ``shown_as``) under the exercise's settings."""
     script = Path(script or ex.learner_path).resolve()
-    shown = Path(shown or script)
+    display = Path(shown_as or script)
     return Target(
         script=script,
         args=(),
@@ -172,17 +172,17 @@ def exercise_target(
         label=ex.id,
         exercise=ex,
         root=ex.root,
-        shown_as={str(script): shown.relative_to(ex.root).as_posix() if shown.is_relative_to(ex.root) else shown.name},
+        shown_as={str(script): display.relative_to(ex.root).as_posix() if display.is_relative_to(ex.root) else display.name},
     )
 
 
-def default_out_dir(target: Target, tool: str) -> Path:
+def default_out_dir(label: str, tool: str) -> Path:
     """``.oomlab/runs/LABEL-TOOL`` of the course, or of the current folder for a script outside any course."""
     try:
         root = find_root()
     except OomLabError:
         root = Path.cwd()
-    return StateDir(root).run(f"{target.label}-{tool}")
+    return StateDir(root).run(f"{label}-{tool}")
 
 
 def run_tool(target: Target, tool: str, out_dir: Path | None = None, options: dict | None = None) -> tuple[Measurement, dict]:
@@ -190,7 +190,7 @@ def run_tool(target: Target, tool: str, out_dir: Path | None = None, options: di
 
     The folder is made for the run and removed again when the run leaves nothing in it.
     """
-    out_dir = Path(out_dir or default_out_dir(target, tool))
+    out_dir = Path(out_dir or default_out_dir(target.label, tool))
     made = make_folder(out_dir)
     try:
         return _run_tool(target, tool, out_dir.resolve(), options)
