@@ -239,8 +239,7 @@ def write(report: dict, path: Path) -> None:
 
     if report.get("errors"):
         raise ProbeFailed(f"Not written: {', '.join(report['errors'])} failed.", f"Fix them and run `{COMMAND}` again.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(report, indent=2, sort_keys=False) + "\n")
+    write_atomic(path, json.dumps(report, indent=2, sort_keys=False) + "\n")  # makes the folder as needed
 
 
 # --------------------------------------------------------------------------- the pages
