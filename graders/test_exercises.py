@@ -14,7 +14,7 @@ import pytest
 
 from oomlab.course import Course
 from oomlab.course.originals import shipped_source
-from oomlab.grading.truth import check, explain, reference_of, variants
+from oomlab.grading.truth import explain, run_all, variants
 from oomlab.grading.verdict import grade
 
 COURSE = Course(Path(__file__).resolve().parent.parent)
@@ -22,16 +22,20 @@ VARIANTS = [v for ex in COURSE.exercises for v in variants(ex)]
 
 
 @pytest.fixture(scope="session")
-def references():
-    """Each exercise's reference fix, measured once per session, when a test first needs it."""
-    measured = {}
+def course_runs(request):
+    """Every selected variant measured once, all at once (as ``oomlab dev verify`` does), when a test first asks."""
+    from oomlab.measure.machine import parallel_runs
 
-    def of(ex):
-        if ex.id not in measured:
-            measured[ex.id] = reference_of(ex)
-        return measured[ex.id]
-
-    return of
+    if not request.config.getoption("--solutions"):
+        pytest.skip("a check of the course itself: run with --solutions")
+    selected = [
+        item.callspec.params["variant"]
+        for item in request.session.items
+        if "variant" in getattr(getattr(item, "callspec", None), "params", {})
+    ]
+    jobs = parallel_runs([v.exercise.budget_bytes for v in selected])
+    _, measured = run_all(selected, jobs=jobs)
+    return {v.id: result for v, result in zip(selected, measured, strict=True)}
 
 
 @pytest.mark.gpu
@@ -48,10 +52,8 @@ def test_your_fix_passes(ex, request):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
-def test_the_course_behaves_as_its_manifest_says(variant, references, request):
-    if not request.config.getoption("--solutions"):
-        pytest.skip("a check of the course itself: run with --solutions")
-    row, report = check(variant, references(variant.exercise))
+def test_the_course_behaves_as_its_manifest_says(variant, course_runs):
+    row, report = course_runs[variant.id]
     assert row["as_expected"], explain(row, report)
 
 

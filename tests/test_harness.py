@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from oomlab.measure import harness
-from oomlab.measure.harness import measure
+from oomlab.measure.harness import child_env, measure
+from oomlab.measure.warm import WarmServer
 
 BUDGET = 1 << 30
 
@@ -29,6 +30,29 @@ def write(folder: Path, name: str, source: str) -> Path:
 def run(script: Path, **kwargs):
     kwargs.setdefault("time_limit_s", 60)
     return measure(script, budget_bytes=BUDGET, require_cuda=kwargs.pop("require_cuda", False), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def warm_server(tmp_path_factory):
+    """One warm server for the module's forked runs (it imports torch once: a few seconds)."""
+    server = WarmServer.start(tmp_path_factory.mktemp("course"), "", child_env(""))
+    assert server.wait_ready(), server.why_not_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["fresh", "forked"])
+def runner(request):
+    """Each way a run is measured: ``run(script, **runner)`` measures in that way, and checks it was."""
+    if request.param == "fresh":
+        return {}
+    return {"server": request.getfixturevalue("warm_server")}
+
+
+def ran(m, runner: dict):
+    """``m``, after checking it was measured the way ``runner`` asked (a refusal would test the wrong thing)."""
+    assert m.runner == ("forked" if runner else "fresh"), m.runner_note
+    return m
 
 
 @pytest.fixture
@@ -73,12 +97,13 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="module")
-def ok_run(tmp_path_factory):
+@pytest.fixture(scope="module", params=["fresh", "forked"])
+def ok_run(tmp_path_factory, request):
     folder = tmp_path_factory.mktemp("ok")
     write(folder, "helper.py", "VALUE = 'sibling import works'\n")
     script = write(folder, "train.py", OK_SCRIPT)
-    m = run(script)
+    via = {"server": request.getfixturevalue("warm_server")} if request.param == "forked" else {}
+    m = ran(run(script, **via), via)
     assert m.status == "ok", (m.status, m.message, m.stderr)
     env, figures = (json.loads(line) for line in m.stdout.splitlines()[-2:])
     return script, m, env, figures
@@ -117,7 +142,7 @@ def test_child_runs_like_python_script(ok_run):
     assert env["helper"] == "sibling import works"
 
 
-def test_error_points_at_the_learners_line(tmp_path):
+def test_error_points_at_the_learners_line(tmp_path, runner):
     write(tmp_path, "helper.py", "def check(n):\n    raise ValueError(f'bad value {n}')\n")
     script = write(
         tmp_path,
@@ -131,7 +156,7 @@ def test_error_points_at_the_learners_line(tmp_path):
         step()
         """,
     )
-    m = run(script)
+    m = ran(run(script, **runner), runner)
     assert m.status == "error"
     assert m.error_type == "ValueError"
     assert m.message == "bad value -1"
@@ -171,7 +196,7 @@ def process_state(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
-def test_timeout_stops_the_script_and_what_it_started(tmp_path):
+def test_timeout_stops_the_script_and_what_it_started(tmp_path, runner):
     pid_file = tmp_path / "grandchild.pid"
     script = write(
         tmp_path,
@@ -186,7 +211,7 @@ def test_timeout_stops_the_script_and_what_it_started(tmp_path):
     )
     # The limit leaves the measuring process time to import torch and start the script even on a
     # loaded machine (twelve test workers on a GPU host took over 6 s).
-    m = run(script, time_limit_s=15)
+    m = ran(run(script, time_limit_s=15, **runner), runner)
     assert m.status == "timeout"
     assert "limit of 15 s" in m.message
     assert 15 <= m.process_s < 40
@@ -202,15 +227,15 @@ def test_timeout_stops_the_script_and_what_it_started(tmp_path):
     assert state in (None, "Z"), f"the script's own child {pid} survived the timeout"
 
 
-def test_sys_exit_with_a_code(tmp_path):
-    m = run(write(tmp_path, "train.py", "import sys\nprint('leaving')\nsys.exit(3)\n"))
+def test_sys_exit_with_a_code(tmp_path, runner):
+    m = ran(run(write(tmp_path, "train.py", "import sys\nprint('leaving')\nsys.exit(3)\n"), **runner), runner)
     assert m.status == "exit"
     assert "sys.exit(3)" in m.message
     assert "leaving" in m.stdout
 
 
-def test_os_exit_is_a_crash(tmp_path):
-    m = run(write(tmp_path, "train.py", "import os\nprint('bye', flush=True)\nos._exit(0)\n"))
+def test_os_exit_is_a_crash(tmp_path, runner):
+    m = ran(run(write(tmp_path, "train.py", "import os\nprint('bye', flush=True)\nos._exit(0)\n"), **runner), runner)
     assert m.status == "crashed"
     assert "exited with code 0" in m.message
     assert "bye" in m.stdout

@@ -16,6 +16,7 @@ so the two cannot disagree.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import time
@@ -30,12 +31,12 @@ from oomlab.course.state import StateDir, write_atomic
 from oomlab.grading.cheats import CHEATS, WRAPPED
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.verdict import Report, grade
-from oomlab.measure import MEASURING_CODE, digest
-from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement
+from oomlab.measure import MEASURING_CODE, digest, warm
+from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, child_env
 from oomlab.measure.machine import machine_error
 from oomlab.oom import first_line
 
-__all__ = ["Variant", "check", "fingerprint", "source_digest", "variants", "verify"]
+__all__ = ["Variant", "check", "fingerprint", "run_all", "source_digest", "variants", "verify"]
 
 FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries")
 # The code whose change makes a committed report stale: the measuring, the checks, the cheats.
@@ -101,6 +102,7 @@ def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
         **{k: stats.get(k) for k in FIGURES},
         "inactive_split_final": stats.get("inactive_split_final"),
         "wall_s": round(m.wall_s, 3) if m.wall_s is not None else None,
+        "runner": m.runner,
         "failed_checks": failed,
         "expected_failure": sorted(variant.expect) or None,
         "as_expected": as_expected,
@@ -168,28 +170,52 @@ def exercise_row(ex: Exercise, ref: Measurement, rows: list[dict]) -> dict:
     return row
 
 
-def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> dict:
+def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False):
+    """Measure the variants and their exercises' references, ``jobs`` at a time; ``(references, [(row, report)])``.
+
+    Every run is its own process under its own budget, so runs can go at once:
+    first each exercise's reference, then every variant against it. Runs are
+    forked from warm servers, one per allocator setting (``fresh``: each in a
+    new Python process instead, as ``equivalence.json`` compares).
+    """
+    exercises = list({v.exercise.id: v.exercise for v in runs}.values())
+    finished = itertools.count(1)  # next() on it is atomic: safe from the pool's threads
+
+    def counted(variant: Variant, reference: Measurement):
+        measured = check(variant, reference)
+        note(f"{next(finished)} of {len(runs)} runs measured ({variant.id})")
+        return measured
+
+    roots = {ex.root for ex in exercises}
+    with contextlib.ExitStack() as stack:
+        if fresh:
+            stack.enter_context(warm.fresh_only())
+        else:
+            note("starting the warm measuring servers (importing torch once)")
+            for root in roots:
+                servers = stack.enter_context(
+                    warm.serving(root, [ex.alloc_conf for ex in exercises if ex.root == root], child_env)
+                )
+                for server in servers:
+                    server.wait_ready()
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, jobs)))  # threads wait on child processes
+        note(f"the reference fixes of {len(exercises)} exercises, {jobs} at a time")
+        refs = dict(zip((ex.id for ex in exercises), pool.map(reference_of, exercises), strict=True))
+        measured = list(pool.map(lambda v: counted(v, refs[v.exercise.id]), runs))
+    return refs, measured
+
+
+def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False) -> dict:
     """The whole course's truth check, as the report ``verify.json`` holds it.
 
-    Every run is its own process under its own budget, so ``jobs`` runs go at
-    once: first each exercise's reference, then every variant against it. The
-    report is assembled in course order whatever order the runs end in, so it
-    reads the same for any ``jobs``.
+    The report is assembled in course order whatever order the runs end in, so
+    it reads the same for any ``jobs``.
     """
     start = time.perf_counter()
     exercises = list(exercises)
     runs = [v for ex in exercises for v in variants(ex)]
-    finished = itertools.count(1)  # next() on it is atomic: safe from the pool's threads
-
-    def counted(variant: Variant, reference: Measurement) -> dict:
-        row = check(variant, reference)[0]
-        note(f"{next(finished)} of {len(runs)} runs measured ({variant.id})")
-        return row
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads wait on child processes
-        note(f"the reference fixes of {len(exercises)} exercises, {jobs} at a time")
-        refs = dict(zip((ex.id for ex in exercises), pool.map(reference_of, exercises), strict=True))
-        rows = list(pool.map(lambda v: counted(v, refs[v.exercise.id]), runs))
+    refs, measured = run_all(runs, note, jobs, fresh)
+    rows = [row for row, _ in measured]
     report_rows = [
         exercise_row(ex, refs[ex.id], [row for v, row in zip(runs, rows, strict=True) if v.exercise is ex]) for ex in exercises
     ]
@@ -201,6 +227,7 @@ def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": fingerprint(),
         "jobs": jobs,
+        "runner": "fresh" if fresh else "forked",
         "runs": len(runs) + len(exercises),
         "wall_s": round(time.perf_counter() - start, 1),
         "exercises": report_rows,

@@ -1,9 +1,12 @@
-"""Measuring a training script: one fresh process per run, under a memory budget.
+"""Measuring a training script: one new process per run, under a memory budget.
 
 - :mod:`~oomlab.measure.harness` starts the process, enforces the time limit and
   turns every way a run can end into a :class:`~oomlab.measure.harness.Measurement`;
 - :mod:`~oomlab.measure.child` runs inside that process: budget, guards, workload
   observer, the learner's script, one JSON result;
+- :mod:`~oomlab.measure.server` keeps torch imported and forks that process, so a
+  run costs its workload and not the imports; :mod:`~oomlab.measure.warm` starts,
+  finds and asks such servers;
 - :mod:`~oomlab.measure.stats` names the allocator figures read;
 - :mod:`~oomlab.measure.machine` says what this machine can measure (``oomlab doctor``)
   and explains a measurement the machine, not the script, stopped.
@@ -19,6 +22,8 @@ _HERE = Path(__file__).resolve().parent
 MEASURING_CODE = (
     _HERE / "child.py",
     _HERE / "harness.py",
+    _HERE / "server.py",
+    _HERE / "warm.py",
     _HERE / "stats.py",
     _HERE.parent / "oom.py",
     _HERE.parent / "frames.py",

@@ -15,11 +15,19 @@ Order matters, and is the reason this file exists:
    allocator settings) into recorded no-ops;
 3. observe the workload through global module, optimizer and autograd hooks, so
    that a "fix" that trains on less cannot hide it;
-4. run the script as ``__main__`` and write one JSON result, whatever happens.
+4. run the script as ``__main__`` and write one JSON result, whatever happens;
+5. from the script's end until its figures are read, keep its globals alive (as
+   ``python train.py`` does, whatever the ending) and the garbage collector still,
+   so that nothing the harness does moves a figure.
+
+A warm server (``server.py``) forks this code with :data:`PRELOAD` imported;
+a fresh process imports it too, before the script, so the two measure alike.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 import os
 import random
@@ -38,6 +46,38 @@ from oomlab.measure.stats import ALLOC_CONF_VARS, read_figures  # noqa: E402
 from oomlab.oom import is_oom  # noqa: E402
 
 MIN_TORCH = (2, 4)
+
+# Imported before every script, by a fresh process and by a warm server alike, in the order a training
+# script imports them. Not only for speed: torch imports torch._dynamo lazily, on the first optimizer
+# use, and a traceback stored during that import keeps the frames of the script that triggered it,
+# and so their tensors, alive. Imported before the script in every runner, it keeps nothing of it.
+PRELOAD = (
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.optim",
+    "torch._dynamo",  # what the first optimizer step imports: 3.5 s of a fresh run on an H200
+    "torch.utils.checkpoint",
+    "torch.utils.data",
+    "torch.profiler",
+    "numpy",
+    "oomlab.tools.snapshot.probe",
+    "oomlab.tools.hunt.probe",
+    "oomlab.tools.profile.probe",
+)
+
+
+def preload() -> list[str]:
+    """Import :data:`PRELOAD`; what is not installed is skipped (a script that needs it fails on its own)."""
+    loaded = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except ImportError:
+            pass
+    return loaded
+
 
 # The private functions that change what the grader measures, and what each would do.
 GUARDED = {
@@ -74,6 +114,7 @@ def run(spec: dict, result: dict) -> None:
     if version < MIN_TORCH:
         result.update(status="torch_too_old", message=f"torch {torch.__version__} is older than 2.4")
         return
+    preload()  # a no-op in a child forked from a warm server, which imported all of it already
 
     cuda = spec["require_cuda"]
     if cuda and not torch.cuda.is_available():
@@ -103,18 +144,24 @@ def run(spec: dict, result: dict) -> None:
     script = os.path.abspath(spec["script"])
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = os.path.dirname(script)
-    script_globals, probe_finished = None, False
+    script_globals, probe_finished, kept = None, False, None
     start = time.perf_counter()
+    collecting = gc.isenabled()
     try:
         script_globals = runpy.run_path(script, run_name="__main__")
+        gc.disable()
         result.update(status="ok", message="")
     except SystemExit as exc:
+        gc.disable()
+        kept = script_namespace(exc, script)
         code = exc.code
         if code in (None, 0):
             result.update(status="ok", message="")
         else:
             result.update(status="exit", message=f"the script called sys.exit({code!r})")
     except BaseException as exc:  # the learner's error, whatever it is, becomes data
+        gc.disable()
+        kept = script_namespace(exc, script)
         result.update(
             status="oom" if is_oom(exc) else "error",
             error_type=type(exc).__name__,
@@ -134,9 +181,28 @@ def run(spec: dict, result: dict) -> None:
 
     if stats is not None:
         result["stats"] = read_figures(stats())
+    del kept
+    if collecting:
+        gc.enable()
     result["tamper"] = sorted(set(tamper))
     result["alloc_conf_changed"] = [k for k in ALLOC_CONF_VARS if os.environ.get(k) != conf_before[k]]
     result["workload"] = observer.summary()
+
+
+def script_namespace(exc: BaseException, script: str) -> dict | None:
+    """The global namespace of the script that ``exc`` ended, found in its traceback.
+
+    Run as ``python train.py``, a script's globals live until the process exits,
+    even when it ends with an exception; runpy drops them as the exception leaves
+    it. Held until the figures are read, they are freed when they would be.
+    """
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "<module>" and os.path.abspath(frame.f_code.co_filename) == script:
+            return frame.f_globals
+        tb = tb.tb_next
+    return None
 
 
 def load_probe(torch, tool_spec: dict | None, result: dict):

@@ -1,10 +1,11 @@
-"""Measuring a training script in a fresh subprocess.
+"""Measuring a training script in a process of its own, whose caching allocator starts empty.
 
-Each measurement starts a new Python process so that the caching allocator
-starts empty: the same script gives the same figures every run. The child
-(``child.py``) sets the memory budget, seeds, guards and hooks before the
-learner's code runs and writes one JSON result; this side adds the time limit
-and turns every way a run can end into a :class:`Measurement`.
+Each measurement runs in a new process so that the same script gives the same
+figures every run: a fresh Python process, or a child forked from a warm server
+(:mod:`oomlab.measure.warm`) that has imported torch but never touched CUDA.
+The child (``child.py``) sets the memory budget, seeds, guards and hooks before
+the learner's code runs and writes one JSON result; this side adds the time
+limit and turns every way a run can end into a :class:`Measurement`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oomlab.measure import warm
 from oomlab.measure.stats import ALLOC_CONF_VARS
+from oomlab.measure.warm import Unavailable, WarmServer
 from oomlab.oom import first_line
 
 CHILD = Path(__file__).with_name("child.py")
@@ -47,6 +50,8 @@ class Measurement:
     alloc_conf_changed: list = field(default_factory=list)
     wall_s: float | None = None  # the script itself
     process_s: float | None = None
+    runner: str = ""  # "fresh": a new process; "forked": a child of a warm server
+    runner_note: str = ""  # why a fresh process measured a run that a warm server could not take
     gpu: str = ""
     gpu_total_bytes: int = 0
     gpu_free_bytes: int = 0
@@ -135,6 +140,8 @@ def measure(
     args: tuple[str, ...] = (),
     require_cuda: bool = True,
     tool: dict | None = None,
+    server: WarmServer | None = None,
+    server_note: str = "",
 ) -> Measurement:
     """Run ``script`` once under the budget in a fresh process and measure it.
 
@@ -143,6 +150,9 @@ def measure(
     ``budget_bytes=None`` runs it uncapped (a script that is not an exercise).
     ``tool`` names a probe from oomlab/tools to run around the script:
     ``{"name": "snapshot", "out_dir": "...", "options": {...}}``.
+    ``server`` is a warm server (:mod:`oomlab.measure.warm`) to fork the run
+    from; where it cannot take the run, a fresh process measures it and the
+    result's ``runner_note`` says why (``server_note``: why none was given).
     """
     script = Path(script).resolve()
     if not script.is_file():
@@ -163,49 +173,83 @@ def measure(
             "tool": tool,
         }
         (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-        out, err = tmp / "stdout.txt", tmp / "stderr.txt"
-        status = None
-        start = time.perf_counter()
-        with open(out, "wb") as fout, open(err, "wb") as ferr:
-            proc = subprocess.Popen(
-                [sys.executable, str(CHILD), str(tmp / "spec.json")],
-                cwd=script.parent,
-                env=child_env(alloc_conf),
-                stdin=subprocess.DEVNULL,
-                stdout=fout,
-                stderr=ferr,
-                start_new_session=True,  # so a timeout can stop everything the script started
-            )
+        run = {
+            "spec": str(tmp / "spec.json"),
+            "stdout": str(tmp / "stdout.txt"),
+            "stderr": str(tmp / "stderr.txt"),
+            "cwd": str(script.parent),
+            "env": child_env(alloc_conf),
+            "time_limit_s": time_limit_s,
+        }
+        runner, note = "fresh", server_note
+        if server is not None:
             try:
-                proc.wait(timeout=time_limit_s)
-            except subprocess.TimeoutExpired:
-                status = "timeout"
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        process_s = time.perf_counter() - start
-
-        result_path = tmp / "result.json"
-        if status == "timeout":
-            result = {"status": "timeout", "message": f"the script ran longer than its limit of {time_limit_s:g} s"}
-        elif result_path.exists():
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-        else:
-            how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with code {proc.returncode}"
-            result = {"status": "crashed", "message": f"the process {how} before the harness could measure it"}
-        result.update(stdout=_tail(out), stderr=_tail(err))
+                ended = server.request(run)
+                runner = "forked"
+            except Unavailable as err:
+                note = f"measured in a fresh process: {err}"
+                (tmp / "result.json").unlink(missing_ok=True)  # never read half a run as the result
+        if runner == "fresh":
+            ended = run_fresh(run)
+        result = collect(tmp, ended, time_limit_s)
 
     m = Measurement.from_json({**result, "script": str(script), "budget_bytes": budget_bytes})
-    m.process_s = process_s
+    m.process_s = ended["process_s"]
+    m.runner, m.runner_note = runner, note
     return m
 
 
+def run_fresh(run: dict) -> dict:
+    """Run the measuring child in a new Python process to its end or its time limit; how it ended."""
+    status = None
+    start = time.perf_counter()
+    with open(run["stdout"], "wb") as fout, open(run["stderr"], "wb") as ferr:
+        proc = subprocess.Popen(
+            [sys.executable, str(CHILD), run["spec"]],
+            cwd=run["cwd"],
+            env=run["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=fout,
+            stderr=ferr,
+            start_new_session=True,  # so a timeout can stop everything the script started
+        )
+        try:
+            proc.wait(timeout=run["time_limit_s"])
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return {"returncode": proc.returncode, "timed_out": status == "timeout", "process_s": time.perf_counter() - start}
+
+
+def collect(tmp: Path, ended: dict, time_limit_s: float) -> dict:
+    """The child's result, or what its end says when it left none."""
+    result_path = tmp / "result.json"
+    if ended["timed_out"]:
+        result = {"status": "timeout", "message": f"the script ran longer than its limit of {time_limit_s:g} s"}
+    elif result_path.exists():
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+    else:
+        code = ended["returncode"]
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        result = {"status": "crashed", "message": f"the process {how} before the harness could measure it"}
+    result.update(stdout=_tail(tmp / "stdout.txt"), stderr=_tail(tmp / "stderr.txt"))
+    return result
+
+
 def measure_exercise_file(exercise, script: Path) -> Measurement:
-    """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit."""
+    """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit.
+
+    A warm server of the exercise's course, if one runs with its settings, forks the run.
+    """
+    server, note = warm.for_run(exercise.root, exercise.alloc_conf)
     return measure(
         script,
         budget_bytes=exercise.budget_bytes,
         alloc_conf=exercise.alloc_conf,
         time_limit_s=exercise.time_limit_s,
+        server=server,
+        server_note=note,
     )

@@ -1,0 +1,241 @@
+"""The warm measuring server: what it measures equals a fresh process, and what it refuses or outlives.
+
+These run on CPU (``require_cuda=False``); ``tests/test_harness.py`` runs every
+way a run can end both fresh and forked, and the GPU equivalence of every
+exercise's figures is ``course/measurements/equivalence.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from oomlab.measure import warm
+from oomlab.measure.harness import child_env, measure
+from oomlab.measure.warm import WarmServer, for_run, info_path, serving
+
+BUDGET = 1 << 30
+
+TRAIN = """
+import random
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for step in range(4):
+    x = torch.randn(32, 8)
+    loss = (model(x) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print(random.random(), torch.rand(1).item())
+"""
+
+
+def write(folder: Path, source: str, name: str = "train.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def run(script: Path, **kwargs):
+    return measure(script, budget_bytes=BUDGET, require_cuda=False, time_limit_s=kwargs.pop("time_limit_s", 60), **kwargs)
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    return tmp_path_factory.mktemp("course").resolve()
+
+
+@pytest.fixture(scope="module")
+def server(course):
+    server = WarmServer.start(course, "", child_env(""))
+    assert server.wait_ready(), server.why_not_ready()
+    yield server
+    server.stop()
+
+
+def test_a_forked_run_measures_what_a_fresh_one_does(server, course):
+    script = write(course, TRAIN)
+    fresh, forked = run(script), run(script, server=server)
+    assert (fresh.runner, forked.runner) == ("fresh", "forked"), forked.runner_note
+    assert fresh.status == forked.status == "ok"
+    # The same seeds, the same workload, the same weights to the last bit, the same output.
+    assert forked.workload == fresh.workload
+    assert forked.stdout == fresh.stdout
+    assert forked.stderr == fresh.stderr == ""
+    assert forked.tamper == fresh.tamper == []
+
+
+def test_the_server_says_where_it_is(server, course):
+    info = json.loads(info_path(course, "").read_text(encoding="utf-8"))
+    assert info["pid"] == server.process.pid
+    assert info["root"] == str(course) and info["alloc_conf"] == ""
+    assert info["code"] == warm.code_digest() and info["python"] == sys.executable
+    assert "torch._dynamo" in info["preloaded"]  # what the first optimizer step would import
+
+
+def test_another_course_is_refused_and_measured_fresh(server, course, tmp_path):
+    other = WarmServer(tmp_path, "", server.socket, info_path(tmp_path, ""), _ready=True)
+    m = run(write(tmp_path, TRAIN), server=other)
+    assert m.status == "ok" and m.runner == "fresh"
+    assert f"measures the course in {course}" in m.runner_note
+
+
+def test_an_environment_torch_reads_at_start_is_refused(server, course, monkeypatch):
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    m = run(write(course, TRAIN), server=server)
+    assert m.status == "ok" and m.runner == "fresh"
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in m.runner_note
+
+
+def test_a_server_older_than_the_measuring_code_is_refused(server, course, monkeypatch):
+    monkeypatch.setattr(warm, "code_digest", lambda: "edited since")
+    m = run(write(course, TRAIN), server=server)
+    assert m.runner == "fresh" and "measuring code changed" in m.runner_note
+
+
+def test_another_process_finds_the_server_of_its_course_only(server, course, tmp_path):
+    found = WarmServer.find(course, "")
+    assert found is not None and found.socket == server.socket and found.process is None
+    assert WarmServer.find(tmp_path, "") is None  # another course folder
+    assert WarmServer.find(course, "expandable_segments:True") is None  # other allocator settings
+    found.stop()  # a found server belongs to its owner: stop() leaves it running
+    assert server.process.poll() is None
+
+
+def test_a_stale_file_of_a_dead_server_is_ignored(tmp_path):
+    path = info_path(tmp_path, "")
+    path.parent.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    info = {"pid": dead.pid, "root": str(tmp_path.resolve()), "alloc_conf": "", "code": warm.code_digest()}
+    path.write_text(json.dumps({**info, "python": sys.executable, "socket": str(tmp_path / "x.sock")}))
+    assert WarmServer.find(tmp_path, "") is None
+    assert for_run(tmp_path, "")[0] is None
+
+
+def test_runs_use_the_server_once_it_is_ready_and_say_why_not_otherwise(tmp_path):
+    root = tmp_path.resolve()
+    assert for_run(root, "") == (None, "")  # no server for this course: fresh, nothing to say
+    with serving(root, [""], child_env) as started:
+        server, note = for_run(root, "")
+        assert server is None or server is started[0]
+        if server is None:
+            assert "still importing torch" in note
+        assert started[0].wait_ready()
+        assert for_run(root, "")[0] is started[0]
+        server, note = for_run(root, "max_split_size_mb:64")
+        assert server is None and "other allocator settings" in note
+    assert started[0].process.poll() is not None, "the server outlived the block that started it"
+    assert not info_path(root, "").exists()
+    assert for_run(root, "") == (None, "")
+
+
+OWNER = """
+import sys, time
+from oomlab.measure.harness import child_env
+from oomlab.measure.warm import WarmServer
+server = WarmServer.start(sys.argv[1], "", child_env(""))
+assert server.wait_ready()
+print(server.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_does_not_outlive_its_owner(tmp_path):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(owner.stdout.readline())
+        info = json.loads(info_path(tmp_path, "").read_text(encoding="utf-8"))
+    finally:
+        owner.kill()  # no chance to clean up: the server must notice alone
+        owner.wait()
+    assert wait_until(lambda: gone(pid), 10), "the server kept running after its owner was killed"
+    assert not Path(info["socket"]).exists()
+    assert not info_path(tmp_path, "").exists()
+
+
+CALLER = """
+import sys
+from oomlab.measure.harness import measure
+from oomlab.measure.warm import WarmServer
+server = WarmServer.find(sys.argv[1], "")
+assert server is not None, "the caller did not find the warm server"
+m = measure(sys.argv[2], budget_bytes=1 << 30, require_cuda=False, time_limit_s=60, server=server)
+print(m.runner, m.status, m.runner_note)
+"""
+
+
+def test_a_run_stops_when_its_caller_goes_away(server, course, tmp_path):
+    started, finished = tmp_path / "started", tmp_path / "finished"
+    script = write(
+        tmp_path,
+        f"""
+        import os, time
+        open({str(started)!r}, "w").write(str(os.getpid()))
+        time.sleep(4)
+        open({str(finished)!r}, "w").write("the run went on without its caller")
+        """,
+    )
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(course), str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(started.exists, 30), "the forked run did not start"
+        caller.send_signal(signal.SIGINT)  # Ctrl-C on `oomlab check`
+        caller.wait(timeout=30)
+    finally:
+        caller.kill()
+    assert wait_until(lambda: started.read_text() != "" and gone(int(started.read_text())), 10)
+    time.sleep(4.5)
+    assert not finished.exists()
+    assert server.process.poll() is None, "one caller going away stopped the server"
+
+
+def test_runs_at_once_each_get_their_own_child(server, course, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Each run waits until all four have started: one after another, the first would wait in vain.
+    script = write(
+        tmp_path,
+        f"""
+        import os, pathlib, time
+        here = pathlib.Path({str(tmp_path)!r})
+        (here / f"started-{{os.getpid()}}").touch()
+        deadline = time.monotonic() + 20
+        while len(list(here.glob("started-*"))) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(os.getpid(), len(list(here.glob("started-*"))))
+        """,
+    )
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda _: run(script, server=server), range(4)))
+    assert all(m.runner == "forked" and m.status == "ok" for m in runs), [m.runner_note for m in runs]
+    seen = [m.stdout.split() for m in runs]
+    assert [count for _, count in seen] == ["4"] * 4
+    assert len({pid for pid, _ in seen}) == 4 and str(os.getpid()) not in {pid for pid, _ in seen}
