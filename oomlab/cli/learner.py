@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import time
 from pathlib import Path
@@ -25,7 +26,8 @@ from oomlab.course.progress import Progress
 from oomlab.course.shipped import init_course
 from oomlab.course.state import StateDir, read_error, require_readable
 from oomlab.grading.verdict import Report, grade
-from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
+from oomlab.measure import warm
+from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
 from oomlab.measure.machine import has_nvidia_driver, machine_error
 from oomlab.steps import step
 
@@ -157,7 +159,7 @@ def list_exercises() -> None:
 
 
 def measuring(ex: Exercise, what: str = "Measuring"):
-    return console.status(f"{what} {ex.id} in a fresh process under its {gib(ex.budget_bytes)} budget…")
+    return console.status(f"{what} {ex.id} in a process of its own under its {gib(ex.budget_bytes)} budget…")
 
 
 @app.command()
@@ -236,34 +238,45 @@ def hint(exercise: str = EXERCISE) -> None:
 @app.command()
 def watch(
     exercise: Optional[str] = typer.Argument(None, help="exercise id or number (default: the current one)"),
-    interval: float = typer.Option(0.5, metavar="SECONDS", help="seconds between looks at the file"),
+    interval: float = typer.Option(0.25, metavar="SECONDS", help="seconds between looks at the file"),
     max_checks: int = typer.Option(0, hidden=True, metavar="N", help="stop after this many checks (0: never)"),
 ) -> None:
-    """Re-check the exercise every time you save it; moves on to the next one when it passes."""
+    """Re-check the exercise every time you save it; moves on to the next one when it passes.
+
+    It keeps a measuring server warm (torch imported once), so a re-check costs the
+    workload, not the imports; `oomlab check` in another terminal uses it too.
+    """
     course, progress = load()
     ex = course.get(exercise) if exercise else current(course, progress)
-    checks, seen = 0, None
-    while ex is not None:
-        try:
-            stamp = ex.learner_path.stat().st_mtime_ns
-        except FileNotFoundError:
-            stamp = -1
-        if stamp != seen:
-            seen = stamp
-            console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
-            report = grade_and_show(ex, progress)
-            checks += 1
-            if report.passed and exercise is None:
-                ex = current(course, progress)
-                seen = None
-                if ex is not None:
-                    console.print(Panel(Text(ex.summary), title=f"Next: {ex.id}: {ex.title}", title_align="left"))
-                    console.print(next_steps(ex))
-                continue
-            console.print(Text(f"Watching {relpath(ex.learner_path, ex.root)}; save to re-check, Ctrl-C to stop.", style="dim"))
-        if max_checks and checks >= max_checks:
-            return
-        time.sleep(interval)
+    with contextlib.ExitStack() as servers:
+        warmed: set[str] = set()
+        checks, seen = 0, None
+        while ex is not None:
+            if ex.alloc_conf not in warmed:  # torch imported once per setting: each re-check costs the workload alone
+                warmed.add(ex.alloc_conf)
+                servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
+            try:
+                stamp = ex.learner_path.stat().st_mtime_ns
+            except FileNotFoundError:
+                stamp = -1
+            if stamp != seen:
+                seen = stamp
+                console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
+                report = grade_and_show(ex, progress)
+                checks += 1
+                if report.passed and exercise is None:
+                    ex = current(course, progress)
+                    seen = None
+                    if ex is not None:
+                        console.print(Panel(Text(ex.summary), title=f"Next: {ex.id}: {ex.title}", title_align="left"))
+                        console.print(next_steps(ex))
+                    continue
+                console.print(
+                    Text(f"Watching {relpath(ex.learner_path, ex.root)}; save to re-check, Ctrl-C to stop.", style="dim")
+                )
+            if max_checks and checks >= max_checks:
+                return
+            time.sleep(interval)
     console.print(Text("Every exercise passes.", style="bold green"))
 
 

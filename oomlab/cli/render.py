@@ -52,7 +52,18 @@ def workload_line(m: Measurement) -> str:
         return ""
     return (
         f"Workload: {w.get('optimizer_steps', 0)} optimizer steps, {w.get('train_samples', 0):,} training samples, "
-        f"{w.get('inference_samples', 0):,} evaluation/no-grad samples; ran for {m.wall_s or 0:.1f} s."
+        f"{w.get('inference_samples', 0):,} evaluation/no-grad samples; ran for {m.wall_s or 0:.1f} s "
+        f"({runner_text(m)})."
+    )
+
+
+def runner_text(m: Measurement) -> str:
+    """How the run was measured, and why in a fresh process when a warm server was about but could not take it."""
+    total = f"{m.process_s:.1f} s in all" if m.process_s is not None else "measured"
+    if m.runner == "forked":
+        return f"{total}, forked from the warm server"
+    return f"{total}, in a fresh process" + (
+        f": {m.runner_note.removeprefix('measured in a fresh process: ')}" if m.runner_note else ""
     )
 
 

@@ -667,7 +667,13 @@ def measurements_page() -> str:
         f"| Wall time | {report.get('wall_s', 'n/a')} s for {report.get('runs', 'n/a')} runs, {report.get('jobs', 1)} at a time |",
         f"| Every run as expected | {'yes' if report.get('ok') else 'no'} |",
         "",
-        "Each run is a fresh process under the exercise's budget. *Peak allocated* is the allocator's "
+        (
+            "Each run is a process of its own under the exercise's budget, forked from a warm server that imported "
+            "torch once but never touched CUDA, so its allocator starts empty as a fresh process's does. "
+            if report.get("runner") == "forked"
+            else "Each run is a fresh process under the exercise's budget. "
+        )
+        + "*Peak allocated* is the allocator's "
         "`allocated_bytes.all.peak`, *peak reserved* `reserved_bytes.all.peak`, *non-releasable* "
         "`inactive_split_bytes.all.peak` (the *Non-releasable memory* row of `torch.cuda.memory_summary()`), "
         "*retries* `num_alloc_retries`. Peaks in MiB. A run that ran out of memory has the peaks it "
