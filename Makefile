@@ -24,7 +24,7 @@ INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
 	|| $(PIP) "$(TORCH)"
 endif
 
-.PHONY: start test torch lint format docs serve verify figures facts clean
+.PHONY: start test torch lint format docs serve verify equivalence bench figures facts clean
 
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -63,6 +63,14 @@ serve: $(BIN)/oomlab
 # On a GPU: measure every exercise again and rewrite course/measurements/verify.json.
 verify: $(BIN)/oomlab
 	$(BIN)/oomlab dev verify
+
+# On a GPU: every run both fresh and forked from a warm server, into course/measurements/equivalence.json.
+equivalence: $(BIN)/oomlab
+	$(BIN)/oomlab dev equivalence
+
+# On a GPU: time what a learner waits for, into course/measurements/speed.json.
+bench: $(BIN)/oomlab
+	$(BIN)/oomlab dev bench
 
 # On a GPU: redraw the site's pictures into course/figures/.
 figures: $(BIN)/oomlab

@@ -1,6 +1,8 @@
 """``oomlab dev``: maintainers' commands, run on a GPU, that write the course's committed reports.
 
 - ``verify``: ``course/measurements/verify.json``, every exercise's runs;
+- ``equivalence``: ``course/measurements/equivalence.json``, every run fresh and forked, side by side;
+- ``bench``: ``course/measurements/speed.json``, how long a learner waits for each command;
 - ``figures``: ``course/figures/``, the tools' pictures;
 - ``facts``: ``course/measurements/facts.json``, the probes in ``course/probes/`` (see :mod:`oomlab.site.facts`).
 """
@@ -23,23 +25,32 @@ from oomlab.errors import OomLabError
 from oomlab.units import in_mib
 
 VERIFY_JSON = Path("course/measurements/verify.json")
+EQUIVALENCE_JSON = Path("course/measurements/equivalence.json")
+SPEED_JSON = Path("course/measurements/speed.json")
 FIGURES_DIR = Path("course/figures")
+JOBS = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)")
+
+
+def auto_jobs(course: Course) -> int:
+    from oomlab.measure.machine import parallel_runs
+
+    return parallel_runs([ex.budget_bytes for ex in course.exercises])
 
 
 @dev_app.command()
 def verify(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the report (default: {VERIFY_JSON})"),
-    jobs: int = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)"),
+    jobs: int = JOBS,
+    fresh: bool = typer.Option(False, "--fresh", help="measure each run in a new Python process, not forked from a warm server"),
 ) -> None:
     """The course's truth check: every reference fix passes, every seeded bug, wrong fix and cheat fails."""
     from oomlab.grading.truth import all_runs
     from oomlab.grading.truth import verify as verify_course
-    from oomlab.measure.machine import parallel_runs
 
     course = Course()
-    jobs = jobs or parallel_runs([ex.budget_bytes for ex in course.exercises])
+    jobs = jobs or auto_jobs(course)
     with console.status(f"Verifying, {jobs} runs at a time…") as status:
-        report = verify_course(course.exercises, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs)
+        report = verify_course(course.exercises, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
     table = Table(header_style="bold", title=f"verify on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in (
         "exercise",
@@ -75,7 +86,59 @@ def verify(
     if not report["ok"]:
         console.print(Text("Verification failed: see the ✗ rows.", style="bold red"))
         raise typer.Exit(1)
-    console.print(Text(f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time.", style="green"))
+    console.print(
+        Text(
+            f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time, {report['runner']}.",
+            style="green",
+        )
+    )
+
+
+def side_by_side(row: dict, key: str) -> str:
+    """One figure of a fresh and a forked run: shown once when equal, both when not."""
+    fresh, forked = row["fresh"][key], row["forked"][key]
+    return str(fresh) if fresh == forked else f"{fresh} ≠ {forked}"
+
+
+@dev_app.command()
+def equivalence(
+    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the table (default: {EQUIVALENCE_JSON})"),
+    jobs: int = JOBS,
+) -> None:
+    """Every run of the course twice, fresh and forked from a warm server: the table that shows they measure the same."""
+    from oomlab.grading.equivalence import compare
+
+    course = Course()
+    jobs = jobs or auto_jobs(course)
+    with console.status("Comparing…") as status:
+        report = compare(course.exercises, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
+    table = Table(header_style="bold", title=f"fresh vs forked on {report['gpu']}, torch {report['torch']}", title_justify="left")
+    for col in ("exercise", "run", "verdict", "peak alloc", "peak reserved", "non-releasable", "retries", "OOM", "equal"):
+        table.add_column(col)
+    for r in report["rows"]:
+        table.add_row(
+            r["exercise"],
+            r["run"],
+            *(
+                side_by_side(r, k)
+                for k in ("verdict", "peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "oom")
+            ),
+            Text("✓", style="green") if r["equal"] else Text("✗", style="bold red"),
+        )
+    console.print(table)
+    path = json_path or course.root / EQUIVALENCE_JSON
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    console.print(f"Wrote {relpath(path, course.root)}")
+    if not report["all_equal"]:
+        console.print(Text("Forked and fresh runs differ: see the ✗ rows.", style="bold red"))
+        raise typer.Exit(1)
+    console.print(
+        Text(
+            f"All {report['runs']} runs equal: fresh {report['fresh_wall_s']} s, forked {report['forked_wall_s']} s, "
+            f"{jobs} at a time.",
+            style="green",
+        )
+    )
 
 
 @dev_app.command()
@@ -124,4 +187,33 @@ def facts(
         return
     path = json_path or course.root / site_facts.FACTS_JSON
     site_facts.write(report, path)
+    console.print(f"Wrote {relpath(path, course.root)}")
+
+
+@dev_app.command()
+def bench(
+    exercise: Optional[list[str]] = typer.Option(None, "--exercise", help="time only this exercise (repeatable)"),
+    repeat: int = typer.Option(3, min=3, help="runs per figure; each figure is their median"),
+    verify_too: bool = typer.Option(True, "--verify/--no-verify", help="time the whole `oomlab dev verify` as well"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
+) -> None:
+    """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify."""
+    from oomlab.bench import bench as run_bench
+
+    course = Course()
+    with console.status("Benchmarking…") as status:
+        report = run_bench(exercise, repeat, verify_too, note=lambda s: status.update(f"Benchmarking {s}…"))
+    table = Table(header_style="bold", title=f"seconds on {report['gpu']}, torch {report['torch']}", title_justify="left")
+    keys = ("plain_s", "check_cold_s", "recheck_warm_s", "plain_bug_s", "snapshot_s", "hunt_s", "profile_s", "diagnose_s")
+    for col in ("exercise", *keys):
+        table.add_column(col.removesuffix("_s"))
+    for row in report["exercises"]:
+        table.add_row(row["id"], *(f"{row[k]:.2f}" for k in keys))
+    console.print(table)
+    if "verify_wall_s" in report:
+        console.print(f"oomlab dev verify: {report['verify_wall_s']} s")
+    for target, met in report["targets"].items():
+        console.print(Text(f"{'✓' if met else '✗'} {target.replace('_', ' ')}", style="green" if met else "yellow"))
+    path = json_path or course.root / SPEED_JSON
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
     console.print(f"Wrote {relpath(path, course.root)}")

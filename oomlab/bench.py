@@ -1,0 +1,174 @@
+"""How long a learner waits, measured on this GPU: ``oomlab dev bench`` writes ``speed.json``.
+
+Every figure is the median of ``repeat`` runs in one sitting, each the wall
+time of the command a learner types, run in a course folder made by ``oomlab
+init`` (the learner's view: solutions in the package, references cached under
+``.oomlab/``):
+
+- ``plain_s``: ``python train.py`` with the reference fix as the learner's file,
+  uncapped: what the workload costs without oomlab;
+- ``check_cold_s``: ``oomlab check ID`` on that file, reference cached, no server;
+- ``recheck_warm_s``: under ``oomlab watch ID``, from a save to the verdict;
+- ``plain_bug_s``: ``python train.py`` as shipped, uncapped;
+- ``snapshot_s``, ``hunt_s``, ``profile_s``, ``diagnose_s``: each tool on the
+  shipped script, no server.
+
+A benchmark, not a test: nothing here passes or fails; the targets are written
+beside the figures, met or not.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from oomlab.course import Course
+from oomlab.course.shipped import init_course
+from oomlab.errors import OomLabError
+from oomlab.measure import warm
+from oomlab.measure.harness import child_env
+
+TOOLS = ("snapshot", "hunt", "profile", "diagnose")
+VERDICTS = ("passes.", "does not pass yet.")
+
+
+def _env(alloc_conf: str) -> dict:
+    return {**child_env(alloc_conf), "COLUMNS": "160", "TERM": "dumb", "NO_COLOR": "1"}
+
+
+def timed(args: list[str], cwd: Path, env: dict, ok: tuple[int, ...] = (0,)) -> float:
+    """Wall seconds of one command; a command that fails in an unexpected way stops the benchmark."""
+    start = time.perf_counter()
+    done = subprocess.run(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if done.returncode not in ok:
+        raise OomLabError(
+            f"`{' '.join(args)}` exited with {done.returncode} during the benchmark: "
+            f"{(done.stdout + done.stderr).strip()[-800:]}",
+            "Run it by hand in a course folder to see why.",
+        )
+    return took
+
+
+def median(samples: list[float]) -> float:
+    return round(statistics.median(samples), 2)
+
+
+def oomlab(*args: str) -> list[str]:
+    return [sys.executable, "-m", "oomlab", *args]
+
+
+def watch_rechecks(root: Path, ex, repeat: int, env: dict) -> list[float]:
+    """Seconds from a save to the verdict under ``oomlab watch``, once its server is warm."""
+    proc = subprocess.Popen(
+        oomlab("watch", ex.id), cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    lines: list[str] = []
+
+    def next_verdict(timeout: float) -> None:
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.perf_counter()))
+            if not ready:
+                break
+            line = proc.stdout.readline().decode(errors="replace")
+            if not line:
+                break
+            lines.append(line)
+            if line.rstrip().endswith(VERDICTS):
+                return
+        raise OomLabError(f"`oomlab watch {ex.id}` gave no verdict: {''.join(lines[-20:])}", "Run it by hand to see why.")
+
+    try:
+        next_verdict(300)  # the first check, fresh, while the server imports torch
+        info = warm.info_path(root, ex.alloc_conf)
+        deadline = time.perf_counter() + 180
+        while not info.is_file() and time.perf_counter() < deadline:
+            time.sleep(0.1)
+        samples = []
+        path = root / "exercises" / ex.id / ex.file
+        for _ in range(repeat):
+            stamp = time.time_ns()
+            start = time.perf_counter()
+            os.utime(path, ns=(stamp, stamp))  # a save, as an editor makes one
+            next_verdict(300)
+            samples.append(time.perf_counter() - start)
+        return samples
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: watch stops its server before it ends
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None]) -> dict:
+    env = _env(ex.alloc_conf)
+    learner = root / "exercises" / ex.id / ex.file
+    shipped = learner.read_text(encoding="utf-8")
+    row: dict = {"id": ex.id, "budget_bytes": ex.budget_bytes}
+    try:
+        note(f"{ex.id}: the tools on the shipped script")
+        row["plain_bug_s"] = median([timed([sys.executable, ex.file], learner.parent, env, ok=(0, 1)) for _ in range(repeat)])
+        for tool in TOOLS:
+            row[f"{tool}_s"] = median([timed(oomlab(tool, ex.id), root, env, ok=(0, 1)) for _ in range(repeat)])
+
+        learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
+        note(f"{ex.id}: plain runs and checks of the reference fix")
+        row["plain_s"] = median([timed([sys.executable, ex.file], learner.parent, env) for _ in range(repeat)])
+        timed(oomlab("check", ex.id), root, env)  # measures and caches the reference
+        row["check_cold_s"] = median([timed(oomlab("check", ex.id), root, env) for _ in range(repeat)])
+        note(f"{ex.id}: re-checks under watch")
+        row["recheck_warm_s"] = median(watch_rechecks(root, ex, repeat, env))
+    finally:
+        learner.write_text(shipped, encoding="utf-8")
+    row["diagnose_vs_plain_bug"] = round(row["diagnose_s"] / row["plain_bug_s"], 2)
+    row["check_cold_minus_plain_s"] = round(row["check_cold_s"] - row["plain_s"], 2)
+    return row
+
+
+def bench(only: list[str] | None, repeat: int, verify: bool, note: Callable[[str], None] = lambda _: None) -> dict:
+    """Time every exercise (or those in ``only``) and, with ``verify``, the whole truth check."""
+    import torch
+
+    folder = Path(tempfile.mkdtemp(prefix="oomlab-bench-"))
+    try:
+        root = folder / "course"
+        init_course(root)
+        course = Course(root)
+        exercises = [course.get(i) for i in only] if only else course.exercises
+        report: dict = {
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "torch": torch.__version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "repeat": repeat,
+            "exercises": [bench_exercise(root, ex, repeat, note) for ex in exercises],
+        }
+        if verify:
+            note("the whole truth check")
+            walls = [
+                timed(oomlab("dev", "verify", "--json", str(folder / "verify.json")), Path.cwd(), _env("")) for _ in range(repeat)
+            ]
+            report["verify_wall_s"] = median(walls)
+        rows = report["exercises"]
+        report["targets"] = {
+            "recheck_warm_under_2_s": all(r["recheck_warm_s"] < 2 for r in rows),
+            "check_cold_within_plain_plus_1_5_s": all(r["check_cold_minus_plain_s"] <= 1.5 for r in rows),
+            "diagnose_within_2x_plain": all(r["diagnose_vs_plain_bug"] <= 2 for r in rows),
+        }
+        if verify:
+            report["targets"]["verify_under_30_s"] = report["verify_wall_s"] < 30
+        return report
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,86 @@
+"""Proof that a run forked from a warm server measures what a fresh process measures.
+
+:func:`compare` makes every run of the truth check twice, once in fresh Python
+processes and once forked from warm servers, and sets the two side by side:
+the figures the checks read (peak allocated, peak reserved, non-releasable,
+retries, the OOM), every other allocator statistic, the workload (down to the
+final weights' sum) and the verdict. ``oomlab dev equivalence`` commits the
+table as ``course/measurements/equivalence.json``; one difference in it is a
+defect of the server, not a rounding matter.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+
+from oomlab.grading.truth import FIGURES, fingerprint, run_all, variants
+from oomlab.measure.harness import Measurement
+
+SHOWN = ("status", "oom", *FIGURES)
+
+
+def _side(m: Measurement, verdict: str) -> dict:
+    stats = m.stats or {}
+    return {"runner": m.runner, "verdict": verdict, "status": m.status, "oom": m.oom, **{k: stats.get(k) for k in FIGURES}}
+
+
+def _row(exercise: str, name: str, kind: str, fresh: Measurement, forked: Measurement, verdicts=("", "")) -> dict:
+    row = {
+        "exercise": exercise,
+        "run": name,
+        "kind": kind,
+        "fresh": _side(fresh, verdicts[0]),
+        "forked": _side(forked, verdicts[1]),
+        "stats_equal": fresh.stats == forked.stats,  # every statistic read, not only those shown
+        "stats_differ": {
+            k: [(fresh.stats or {}).get(k), (forked.stats or {}).get(k)]
+            for k in sorted(set(fresh.stats or {}) | set(forked.stats or {}))
+            if (fresh.stats or {}).get(k) != (forked.stats or {}).get(k)
+        },
+        "workload_equal": fresh.workload == forked.workload,
+        "tamper_equal": fresh.tamper == forked.tamper,
+    }
+    row["equal"] = (
+        row["stats_equal"]
+        and row["workload_equal"]
+        and row["tamper_equal"]
+        and all(row["fresh"][k] == row["forked"][k] for k in ("verdict", *SHOWN))
+        and forked.runner == "forked"
+        and fresh.runner == "fresh"
+    )
+    return row
+
+
+def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> dict:
+    """Every run of the course, fresh and forked, side by side: the report ``equivalence.json`` holds."""
+    exercises = list(exercises)
+    runs = [v for ex in exercises for v in variants(ex)]
+    walls = {}
+    measured = {}
+    for way in ("fresh", "forked"):
+        start = time.perf_counter()
+        measured[way] = run_all(runs, lambda s, way=way: note(f"{way}: {s}"), jobs, fresh=way == "fresh")
+        walls[way] = round(time.perf_counter() - start, 1)
+    (fresh_refs, fresh_runs), (forked_refs, forked_runs) = measured["fresh"], measured["forked"]
+    rows = []
+    for ex in exercises:
+        rows.append(_row(ex.id, "reference", "reference", fresh_refs[ex.id], forked_refs[ex.id]))
+        for v, (fresh_row, fresh), (forked_row, forked) in zip(runs, fresh_runs, forked_runs, strict=True):
+            if v.exercise is ex:
+                verdicts = (fresh_row["verdict"], forked_row["verdict"])
+                rows.append(_row(ex.id, v.name, v.kind, fresh.measurement, forked.measurement, verdicts))
+    ref = fresh_refs[exercises[0].id] if exercises else None
+    return {
+        "gpu": ref.gpu if ref else None,
+        "torch": ref.torch if ref else None,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "code": fingerprint(),
+        "jobs": jobs,
+        "runs": len(rows),
+        "fresh_wall_s": walls["fresh"],
+        "forked_wall_s": walls["forked"],
+        "all_equal": all(r["equal"] for r in rows),
+        "rows": rows,
+    }
