@@ -199,10 +199,14 @@ def bench(
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify."""
     from oomlab.bench import bench as run_bench
+    from oomlab.bench import merge
 
     course = Course()
+    path = json_path or course.root / SPEED_JSON
     with console.status("Benchmarking…") as status:
-        report = run_bench(exercise, repeat, verify_too, note=lambda s: status.update(f"Benchmarking {s}…"))
+        now = run_bench(exercise, repeat, verify_too, note=lambda s: status.update(f"Benchmarking {s}…"))
+    earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    report = merge(earlier, now)
     table = Table(header_style="bold", title=f"seconds on {report['gpu']}, torch {report['torch']}", title_justify="left")
     keys = ("plain_s", "check_cold_s", "recheck_warm_s", "plain_bug_s", "snapshot_s", "hunt_s", "profile_s", "diagnose_s")
     for col in ("exercise", *keys):
@@ -210,10 +214,9 @@ def bench(
     for row in report["exercises"]:
         table.add_row(row["id"], *(f"{row[k]:.2f}" for k in keys))
     console.print(table)
-    if "verify_wall_s" in report:
-        console.print(f"oomlab dev verify: {report['verify_wall_s']} s")
+    if "verify" in report:
+        console.print(f"oomlab dev verify: {report['verify']['wall_s']} s ({report['verify']['created']})")
     for target, met in report["targets"].items():
         console.print(Text(f"{'✓' if met else '✗'} {target.replace('_', ' ')}", style="green" if met else "yellow"))
-    path = json_path or course.root / SPEED_JSON
     write_atomic(path, json.dumps(report, indent=2) + "\n")
     console.print(f"Wrote {relpath(path, course.root)}")
