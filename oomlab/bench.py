@@ -85,7 +85,7 @@ def watch_rechecks(root: Path, ex, repeat: int, env: dict) -> list[float]:
             if not line:
                 break
             lines.append(line)
-            if line.rstrip().endswith(VERDICTS):
+            if any(verdict in line for verdict in VERDICTS):
                 return
         raise OomLabError(f"`oomlab watch {ex.id}` gave no verdict: {''.join(lines[-20:])}", "Run it by hand to see why.")
 

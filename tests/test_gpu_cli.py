@@ -111,3 +111,59 @@ def test_a_course_made_by_init_is_graded_against_the_shipped_fix(tmp_path):
     )
     assert done.returncode == 0 and "one-hot-peak passes" in done.stdout, done.stdout + done.stderr
     assert not (learner / "solutions").exists()
+
+
+def test_watch_rechecks_forked_from_its_warm_server_and_check_and_tools_use_it(course):
+    import json
+    import select
+    import signal
+    import time
+
+    from oomlab.measure.warm import info_path
+
+    env = {**os.environ, "OOMLAB_ROOT": str(course), "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "oomlab", "watch", "eval-graphs"],
+        cwd=course,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: list[str] = []
+
+    def until_verdict() -> str:
+        start = len(seen)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and select.select([watch.stdout], [], [], deadline - time.monotonic())[0]:
+            line = watch.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "passes." in line or "does not pass yet." in line:
+                return "".join(seen[start:])
+        raise AssertionError("no verdict from watch: " + "".join(seen[-30:]))
+
+    try:
+        assert "does not pass yet" in until_verdict()  # the shipped bug, measured while the server warms up
+        info = info_path(course, "")
+        deadline = time.monotonic() + 180
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        server = json.loads(info.read_text(encoding="utf-8"))["pid"]
+
+        shutil.copy(course / "solutions/eval-graphs/train.py", course / "exercises/eval-graphs/train.py")  # a save
+        recheck = until_verdict()
+        assert "eval-graphs passes" in recheck and "forked from the warm server" in recheck, recheck
+
+        checked = oomlab(course, "check", "eval-graphs")  # another terminal
+        assert checked.returncode == 0 and "forked from the warm server" in checked.stdout, checked.stdout
+        snap = oomlab(course, "snapshot", "eval-graphs")
+        assert snap.returncode == 0, snap.stdout + snap.stderr
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{server}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{server}").exists() and not info.exists(), "the server outlived watch"
