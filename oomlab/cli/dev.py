@@ -31,6 +31,15 @@ FIGURES_DIR = Path("course/figures")
 JOBS = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)")
 
 
+def write_report(course: Course, path: Path, report: dict, failed: str | None) -> None:
+    """Write a report, say where, and exit 1 (after writing: the failures are worth reading) when ``failed`` says why."""
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    console.print(f"Wrote {relpath(path, course.root)}")
+    if failed:
+        console.print(Text(f"{failed}: see the ✗ rows.", style="bold red"))
+        raise typer.Exit(1)
+
+
 def auto_jobs(course: Course) -> int:
     from oomlab.measure.machine import parallel_runs
 
@@ -80,12 +89,7 @@ def verify(
                 str(r["retries"]),
             )
     console.print(table)
-    path = json_path or course.root / VERIFY_JSON
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
-    console.print(f"Wrote {relpath(path, course.root)}")
-    if not report["ok"]:
-        console.print(Text("Verification failed: see the ✗ rows.", style="bold red"))
-        raise typer.Exit(1)
+    write_report(course, json_path or course.root / VERIFY_JSON, report, None if report["ok"] else "Verification failed")
     console.print(
         Text(
             f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time, {report['runner']}.",
@@ -127,11 +131,7 @@ def equivalence(
         )
     console.print(table)
     path = json_path or course.root / EQUIVALENCE_JSON
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
-    console.print(f"Wrote {relpath(path, course.root)}")
-    if not report["all_equal"]:
-        console.print(Text("Forked and fresh runs differ: see the ✗ rows.", style="bold red"))
-        raise typer.Exit(1)
+    write_report(course, path, report, None if report["all_equal"] else "Forked and fresh runs differ")
     console.print(
         Text(
             f"All {report['runs']} runs equal: fresh {report['fresh_wall_s']} s, forked {report['forked_wall_s']} s, "
