@@ -20,6 +20,7 @@ beside the figures, met or not.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import select
 import shutil
@@ -167,8 +168,6 @@ def bench(only: list[str] | None, repeat: int, verify: bool, note: Callable[[str
 
 
 def _runs_of(verify_json: Path) -> dict:
-    import json
-
     report = json.loads(verify_json.read_text(encoding="utf-8"))
     return {"runs": report["runs"], "jobs": report["jobs"], "runner": report.get("runner")}
 

@@ -27,6 +27,7 @@ def _side(m: Measurement, verdict: str) -> dict:
 
 
 def _row(exercise: str, name: str, kind: str, fresh: Measurement, forked: Measurement, verdicts=("", "")) -> dict:
+    a, b = fresh.stats or {}, forked.stats or {}
     row = {
         "exercise": exercise,
         "run": name,
@@ -34,11 +35,7 @@ def _row(exercise: str, name: str, kind: str, fresh: Measurement, forked: Measur
         "fresh": _side(fresh, verdicts[0]),
         "forked": _side(forked, verdicts[1]),
         "stats_equal": fresh.stats == forked.stats,  # every statistic read, not only those shown
-        "stats_differ": {
-            k: [(fresh.stats or {}).get(k), (forked.stats or {}).get(k)]
-            for k in sorted(set(fresh.stats or {}) | set(forked.stats or {}))
-            if (fresh.stats or {}).get(k) != (forked.stats or {}).get(k)
-        },
+        "stats_differ": {k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)},
         "workload_equal": fresh.workload == forked.workload,
         "tamper_equal": fresh.tamper == forked.tamper,
     }
