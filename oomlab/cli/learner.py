@@ -252,7 +252,8 @@ def watch(
         warmed: set[str] = set()
         checks, seen = 0, None
         while ex is not None:
-            if ex.alloc_conf not in warmed:  # torch imported once per setting: each re-check costs the workload alone
+            if ex.alloc_conf not in warmed and has_nvidia_driver():
+                # torch imported once per setting: each re-check costs the workload alone (without a GPU, nothing runs)
                 warmed.add(ex.alloc_conf)
                 servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
             try:

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from oomlab.measure import warm
 from oomlab.measure.stats import ALLOC_CONF_VARS
-from oomlab.measure.warm import Unavailable, WarmServer
 from oomlab.oom import first_line
 
 CHILD = Path(__file__).with_name("child.py")
@@ -140,8 +139,8 @@ def measure(
     args: tuple[str, ...] = (),
     require_cuda: bool = True,
     tool: dict | None = None,
-    server: WarmServer | None = None,
-    server_note: str = "",
+    course_root: Path | None = None,
+    server: warm.WarmServer | None = None,
 ) -> Measurement:
     """Run ``script`` once under the budget in a fresh process and measure it.
 
@@ -150,9 +149,10 @@ def measure(
     ``budget_bytes=None`` runs it uncapped (a script that is not an exercise).
     ``tool`` names a probe from oomlab/tools to run around the script:
     ``{"name": "snapshot", "out_dir": "...", "options": {...}}``.
-    ``server`` is a warm server (:mod:`oomlab.measure.warm`) to fork the run
-    from; where it cannot take the run, a fresh process measures it and the
-    result's ``runner_note`` says why (``server_note``: why none was given).
+    ``course_root`` names the course the script belongs to: a warm server
+    (:mod:`oomlab.measure.warm`) kept for it with the same allocator settings
+    forks the run. ``server`` names the server outright. Where none can take
+    the run, a fresh process measures it and the result's ``runner_note`` says why.
     """
     script = Path(script).resolve()
     if not script.is_file():
@@ -181,12 +181,14 @@ def measure(
             "env": child_env(alloc_conf),
             "time_limit_s": time_limit_s,
         }
-        runner, note = "fresh", server_note
+        runner, note = "fresh", ""
+        if server is None and course_root is not None:
+            server, note = warm.for_run(course_root, alloc_conf)
         if server is not None:
             try:
                 ended = server.request(run)
                 runner = "forked"
-            except Unavailable as err:
+            except warm.Unavailable as err:
                 note = f"measured in a fresh process: {err}"
                 (tmp / "result.json").unlink(missing_ok=True)  # never read half a run as the result
         if runner == "fresh":
@@ -244,12 +246,10 @@ def measure_exercise_file(exercise, script: Path) -> Measurement:
 
     A warm server of the exercise's course, if one runs with its settings, forks the run.
     """
-    server, note = warm.for_run(exercise.root, exercise.alloc_conf)
     return measure(
         script,
         budget_bytes=exercise.budget_bytes,
         alloc_conf=exercise.alloc_conf,
         time_limit_s=exercise.time_limit_s,
-        server=server,
-        server_note=note,
+        course_root=exercise.root,
     )

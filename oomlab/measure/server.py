@@ -145,11 +145,12 @@ def reap() -> None:
 
 
 def receive(conn: socket.socket) -> dict:
+    """One JSON line from ``conn``, a request or a reply; :class:`EOFError` when the other side closes first."""
     data = b""
     while not data.endswith(b"\n"):
         chunk = conn.recv(65536)
         if not chunk:
-            raise ConnectionError("the caller closed the connection before sending its request")
+            raise EOFError("the connection closed before a whole message came")
         data += chunk
     return json.loads(data)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from oomlab.course.state import StateDir
 from oomlab.measure import MEASURING_CODE, digest
+from oomlab.measure.server import receive
 
 SERVER = Path(__file__).with_name("server.py")
 READY_TIMEOUT_S = 180  # importing torch on a cold disk can take a minute
@@ -157,15 +158,11 @@ class WarmServer:
                 conn.connect(self.socket)
                 conn.sendall(json.dumps(request).encode() + b"\n")
                 conn.settimeout(request["time_limit_s"] + REPLY_GRACE_S)
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        raise Unavailable("the warm server stopped during the run")
-                    data += chunk
+                reply = receive(conn)
+        except EOFError:
+            raise Unavailable("the warm server stopped during the run") from None
         except OSError as err:  # TimeoutError included
             raise Unavailable(f"the warm server could not be reached ({err.strerror or err})") from None
-        reply = json.loads(data)
         if "refused" in reply:
             raise Unavailable(f"the warm server refused: {reply['refused']}")
         return reply
@@ -186,6 +183,9 @@ class WarmServer:
                 if path == str(self.info) and json.loads(Path(path).read_text(encoding="utf-8")).get("pid") != self.process.pid:
                     continue  # another server's by now
                 os.unlink(path)
+        with contextlib.suppress(OSError):
+            if self.log and self.log.stat().st_size == 0:  # a log with something in it says why a server stopped
+                self.log.unlink()
         with contextlib.suppress(ValueError):
             atexit.unregister(self.stop)
 

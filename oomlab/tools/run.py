@@ -20,7 +20,6 @@ from oomlab.course import Course, find_root
 from oomlab.course.manifest import Exercise
 from oomlab.course.state import NAME, StateDir, make_folder, remove_empty_folders, require_readable, shown, write_error
 from oomlab.errors import OomLabError
-from oomlab.measure import warm
 from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, measure
 from oomlab.measure.machine import machine_error
 from oomlab.oom import first_line
@@ -227,7 +226,6 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
         "labels": dict(target.shown_as),
         **(options or {}),
     }
-    server, note = warm.for_run(target.exercise.root if target.exercise else None, target.alloc_conf)
     m = measure(
         target.script,
         budget_bytes=target.budget_bytes,
@@ -235,8 +233,7 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
         time_limit_s=target.time_limit_s,
         args=target.args,
         tool={"name": tool, "out_dir": str(out_dir), "options": opts},
-        server=server,
-        server_note=note,
+        course_root=target.exercise.root if target.exercise else None,  # a script outside a course runs fresh
     )
     if m.status in MACHINE_PROBLEMS:
         if target.exercise:
