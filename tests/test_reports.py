@@ -57,3 +57,26 @@ def test_committed_snapshots_name_files_relative_to_the_course():
         absolute = sorted(f for f in files if f.startswith("/") or ":\\" in f)
         assert not absolute, f"{path.name} names files of the machine that wrote it: {absolute[:3]}"
         assert any(f.startswith(("exercises/", "solutions/")) for f in files), f"{path.name} never names the exercise's script"
+
+
+EQUIVALENCE = REPO / "course" / "measurements" / "equivalence.json"
+
+
+def test_equivalence_json_compares_every_run_of_the_course_fresh_and_forked_and_finds_them_equal():
+    table = json.loads(EQUIVALENCE.read_text(encoding="utf-8"))
+    assert table["code"] == fingerprint(), (
+        f"{EQUIVALENCE.relative_to(REPO)} is older than the measuring code: run `make equivalence` on a GPU and commit it."
+    )
+    verified = json.loads(VERIFY.read_text(encoding="utf-8"))
+    expected = {(row["id"], run["name"]) for row in verified["exercises"] for run in all_runs(row)}
+    expected |= {(row["id"], "reference") for row in verified["exercises"]}
+    compared = [(row["exercise"], row["run"]) for row in table["rows"]]
+    assert sorted(compared) == sorted(expected), "the table and verify.json must cover the same runs"
+    assert table["runs"] == len(compared)
+    differ = [
+        f"{row['exercise']} {row['run']}: {row['stats_differ'] or 'verdict, workload or tamper'}"
+        for row in table["rows"]
+        if not row["equal"]
+    ]
+    assert table["all_equal"] and not differ, f"forked and fresh runs differ: {differ}"
+    assert {(row["fresh"]["runner"], row["forked"]["runner"]) for row in table["rows"]} == {("fresh", "forked")}
