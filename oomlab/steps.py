@@ -25,6 +25,7 @@ class Step:
     title: str  # how the site and the overview title it
     short: str  # a few words for tables: "hunt references"
     summary: str  # what the tool does, one sentence: the CLI's help
+    options: dict = field(default_factory=dict, hash=False)  # probe options for a run from the command line
     figure_options: dict = field(default_factory=dict, hash=False)  # probe options for the site's pictures
 
     @property
@@ -58,7 +59,10 @@ STEPS: tuple[Step, ...] = (
         "Profile the peak",
         "profile peaks",
         "profile memory by operator and category, and name the op and line at the peak",
-        figure_options={"max_steps": 3},  # a few steps show the peak; all of them cost minutes
+        # A loop's steps repeat: the first ones show the peak, and torch's memory model over all 840 steps of
+        # a 12-epoch script took minutes. `--all-steps` lifts the bound for a peak that comes late.
+        options={"max_steps": 20},
+        figure_options={"max_steps": 3},
     ),
 )
 

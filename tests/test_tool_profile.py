@@ -91,6 +91,7 @@ def result(tmp_path_factory) -> dict:
 
 def test_peak_points_at_the_one_hot_line(result):
     assert "error" not in result, result.get("error_traceback")
+    assert result["timing"]["script_s"] > 0 and result["timing"]["analysis_s"] > 0  # where the tool's time went
     peak = result["peak"]
     assert (peak["file"], peak["line"]) == ("train_small.py", ONE_HOT_LINE)
     assert peak["text"] == "one_hot = F.one_hot(targets, VOCAB).float()"
@@ -291,12 +292,27 @@ def test_max_steps_stops_profiling(tmp_path):
     assert result["stopped_early"] is True
     assert result["steps_seen"] <= 1
     assert {row["op"]: row for row in result["top_ops"]}["aten::one_hot"]["calls"] == 1
+    assert result["headline"].startswith("in the 1 profiled optimizer steps the peak")
+
+
+def test_a_failure_after_the_profiled_steps_is_named_not_analysed_as_a_step(tmp_path):
+    result = profiled(tmp_path, fail_at=2, max_steps=1)
+    assert "error" not in result, result.get("error_traceback")
+    assert result["stopped_early"] and result["oom"]
+    assert result["unprofiled_failure"]["after_steps"] == 2  # two steps ended; the third failed, unprofiled
+    assert "CUDA out of memory" in result["unprofiled_failure"]["message"]
+    assert result["failed_at"]["line"] == ONE_HOT_LINE + 2
+    assert result["peak"]["in_failed_step"] is False  # the peak is the profiled step's, which ended
+    assert result["peak"]["line"] == ONE_HOT_LINE
+    assert f"ran out of memory at train_small.py:{ONE_HOT_LINE + 2} after 2 steps" in result["headline"]
+    assert "--all-steps" in result["headline"]
 
 
 def test_finish_never_raises(tmp_path):
     probe.Probe(torch, tmp_path, {}).finish(None, None)
     result = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))
     assert "start() was not called" in result["error"]
+    assert result["timing"]["script_s"] is None and result["timing"]["analysis_s"] >= 0
     assert result["tool"] == "profile" and result["culprit_bytes"] == 0 and result["headline"]
     assert present.draw(result, tmp_path) == []
 

@@ -322,3 +322,42 @@ def test_a_snapshot_file_is_read_into_the_state_folder_never_beside_it(tmp_path)
     assert sorted(p.name for p in (tmp_path / "snaps").iterdir()) == [shipped.name]
     pictures = sorted(p.name for p in (tmp_path / ".oomlab" / "runs").glob("*/*.png"))
     assert pictures == ["segments.png", "timeline.png"]
+
+
+def test_diagnose_runs_the_tools_at_once_and_measures_again_alone_what_ran_short_beside_the_others(monkeypatch, tmp_path):
+    import threading
+
+    from oomlab.cli import tools as commands
+    from oomlab.measure.harness import Measurement
+
+    calls, running, most = [], [0], [0]
+    lock, together = threading.Lock(), threading.Barrier(3, timeout=10)
+
+    def fake_run_tool(target, name, out, options):
+        with lock:
+            calls.append(name)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            first = calls.count(name) == 1
+        if first:
+            together.wait()  # every tool's first run is under way at the same time
+        with lock:
+            running[0] -= 1
+        short = first and name == "hunt"  # a cudaMalloc failed beside the others: the allocator retried
+        stats = {"peak_allocated": 1, "retries": 1 if short else 0, "ooms": 0}
+        return Measurement(script=str(target.script), status="ok", stats=stats), {"options": options}
+
+    monkeypatch.setattr(commands, "run_tool", fake_run_tool)
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+
+    class Status:
+        def update(self, text):
+            calls.append(text)
+
+    measured = commands.run_all_tools(resolve([str(script)]), tmp_path, False, Status())
+    assert most[0] == 3
+    assert calls[3:] == ["diagnose: hunt ran short of GPU memory beside the others; running it alone…", "hunt"]
+    assert measured["hunt"][0].stats["retries"] == 0  # the figures of the run alone
+    assert measured["profile"][1]["options"] == {"max_steps": 20}
+    assert commands.run_all_tools(resolve([str(script)]), tmp_path, True, Status())["profile"][1]["options"] == {}

@@ -6,6 +6,7 @@ script with its arguments (``oomlab hunt --budget 2GiB train.py -- --lr 3e-4``).
 
 from __future__ import annotations
 
+import inspect
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.text import Text
 from oomlab.cli import app, console
 from oomlab.course.state import make_folder, remove_empty_folders, shown, write_atomic
 from oomlab.errors import OomLabError
-from oomlab.steps import STEPS, fix_first
+from oomlab.steps import STEPS, fix_first, step
 from oomlab.tools import analysis, presenter
 from oomlab.tools.run import Target, close_files, default_out_dir, path_kind, resolve, run_tool
 
@@ -29,20 +30,60 @@ BUDGET = typer.Option(
     None, metavar="SIZE", help="memory cap such as 2GiB (default: the exercise's budget; a script runs uncapped)"
 )
 TIME_LIMIT = typer.Option(None, metavar="SECONDS", help="seconds before the run is stopped")
+ALL_STEPS = typer.Option(
+    False,
+    "--all-steps",
+    help=f"profile every optimizer step, not the first {step('profile').options['max_steps']} (slow on long runs)",
+)
 CONTEXT = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
-def run_and_show(name: str, target: Target, out: Path | None, measured: tuple | None = None) -> dict:
+def tool_options(name: str, all_steps: bool = False) -> dict:
+    """The probe options of a run from the command line: the step's own, less the bound ``--all-steps`` lifts."""
+    options = dict(step(name).options)
+    if all_steps:
+        options.pop("max_steps", None)
+    return options
+
+
+def run_and_show(name: str, target: Target, out: Path | None, measured: tuple | None = None, all_steps: bool = False) -> dict:
     """Run one tool on the target (unless ``measured`` already holds its run), print what it found, draw its pictures."""
     if measured is None:
         with console.status(f"{name}: running {target.label} with the probe in a fresh process…"):
-            measured = run_tool(target, name, out)
+            measured = run_tool(target, name, out, tool_options(name, all_steps))
     m, result = measured
     run = result["run"]
     ended = f"OOM at {run['where']}" if m.oom else ("finished" if m.status == "ok" else f"{m.status} {run['where']}")
     console.rule(f"{name} · {target.label} · {ended} · {run['wall_s'] or 0:.1f} s")
     show(name, result, Path(result["out_dir"]))
     return result
+
+
+def run_all_tools(target: Target, base: Path, all_steps: bool, status) -> dict[str, tuple]:
+    """Each step's tool on ``target``, all at once: ``{name: (measurement, result)}``.
+
+    Each tool is its own process under its own budget. Under a budget the GPU
+    holds them side by side (as many as fit). A script run uncapped may want
+    the whole GPU; the others' memory then changes its run only where a
+    ``cudaMalloc`` failed, which the allocator counts (a retry, or an OOM).
+    Such a run is measured again alone, so every figure is the one a run of
+    its own would give.
+    """
+    from oomlab.measure.machine import parallel_runs
+
+    jobs = min(len(STEPS), parallel_runs([target.budget_bytes])) if target.budget_bytes else len(STEPS)
+
+    def run(name: str) -> tuple:
+        return run_tool(target, name, base / name, tool_options(name, all_steps))
+
+    with ThreadPoolExecutor(jobs) as pool:
+        measured = dict(zip([s.name for s in STEPS], pool.map(run, [s.name for s in STEPS]), strict=True))
+    if target.budget_bytes is None:
+        crowded = [name for name, (m, _) in measured.items() if m.oom or (m.stats or {}).get("retries")]
+        for name in crowded:
+            status.update(f"diagnose: {name} ran short of GPU memory beside the others; running it alone…")
+            measured[name] = run(name)
+    return measured
 
 
 def show(name: str, result: dict, out_dir: Path) -> None:
@@ -62,21 +103,29 @@ def show(name: str, result: dict, out_dir: Path) -> None:
 
 
 def tool_command(name: str, summary: str) -> None:
-    """Register ``oomlab NAME TARGET``: one tool, run once on the target."""
+    """Register ``oomlab NAME TARGET``: one tool, run once on the target (``--all-steps`` where steps are bounded)."""
 
     def command(
         target: list[str] = TARGET,
         budget: Optional[str] = BUDGET,
         out: Optional[Path] = typer.Option(None, metavar="FOLDER", help="folder for the report and pictures"),
         time_limit: Optional[float] = TIME_LIMIT,
+        all_steps: bool = ALL_STEPS,
     ) -> None:
         if name == "snapshot" and target[0].endswith((".pickle", ".pkl")):
             show_snapshot_file(Path(target[0]), out)
             return
-        run_and_show(name, resolve(target, budget, time_limit), out)
+        run_and_show(name, resolve(target, budget, time_limit), out, all_steps=all_steps)
 
+    if "max_steps" not in step(name).options:  # the option only where it means something
+        command.__signature__ = _without(command, "all_steps")
     command.__doc__ = summary[:1].upper() + summary[1:] + "."
     app.command(name, context_settings=CONTEXT)(command)
+
+
+def _without(function, parameter: str) -> inspect.Signature:
+    signature = inspect.signature(function)
+    return signature.replace(parameters=[p for p in signature.parameters.values() if p.name != parameter])
 
 
 def show_snapshot_file(path: Path, out: Path | None) -> None:
@@ -107,21 +156,15 @@ def diagnose(
     budget: Optional[str] = BUDGET,
     out: Optional[Path] = typer.Option(None, metavar="FOLDER", help="folder for every tool's results"),
     time_limit: Optional[float] = TIME_LIMIT,
+    all_steps: bool = ALL_STEPS,
 ) -> None:
     """Every step's tool, then one summary: what to fix first."""
-    from oomlab.measure.machine import parallel_runs
-
     resolved = resolve(target, budget, time_limit)
     base = out or default_out_dir(resolved.label, "diagnose")
     made = make_folder(base)
     try:
-        # Each tool is its own process under its own budget, so they can run at once where the GPU holds them;
-        # a script run uncapped could take the whole GPU, so its tools run one after another.
-        jobs = min(len(STEPS), parallel_runs([resolved.budget_bytes])) if resolved.budget_bytes else 1
-        status = console.status(f"diagnose: running {resolved.label} with each tool's probe, {jobs} at a time…")
-        with status, ThreadPoolExecutor(jobs) as pool:
-            futures = {s.name: pool.submit(run_tool, resolved, s.name, base / s.name) for s in STEPS}
-            measured = {name: future.result() for name, future in futures.items()}
+        with console.status(f"diagnose: running {resolved.label} with each tool's probe, at once…") as status:
+            measured = run_all_tools(resolved, base, all_steps, status)
     finally:
         remove_empty_folders(made)  # a run that failed before writing anything leaves no empty folder behind
     results = {name: run_and_show(name, resolved, None, measured[name]) for name in measured}

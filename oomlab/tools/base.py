@@ -14,6 +14,8 @@ A tool is a package ``oomlab/tools/<name>/`` with three modules:
 
 The probe writes ``<name>.json`` into its output folder whatever happens: a
 failure inside it becomes the result's ``error``, never the learner's error.
+Its ``timing`` says where a tool's time went: the script under the probe
+(``script_s``) and the analysis after it (``analysis_s``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -57,6 +60,7 @@ class Probe:
     """
 
     tool = ""
+    started: float | None = None  # perf_counter() when the script began, once start() ran
 
     def __init__(self, torch, out_dir: Path, options: dict | None = None):
         self.torch = torch
@@ -70,9 +74,11 @@ class Probe:
             self.on_start()
         except Exception as err:  # noqa: BLE001
             self.error = f"could not start: {type(err).__name__}: {err}"
+        self.started = time.perf_counter()
 
     def finish(self, exc: BaseException | None, script_globals: dict | None) -> dict:
         """Analyse what the run left (inside the ``except`` block when it raised) and write the result."""
+        ended = time.perf_counter()
         try:
             if self.error:
                 result = error_result(self.tool, self.error)
@@ -83,6 +89,10 @@ class Probe:
         finally:
             with contextlib.suppress(Exception):  # nothing of ours runs after this in the process
                 self.close()
+        result["timing"] = {
+            "script_s": None if self.started is None else round(ended - self.started, 3),
+            "analysis_s": round(time.perf_counter() - ended, 3),
+        }
         write_result(self.out_dir, self.tool, result)
         return result
 

@@ -377,6 +377,17 @@ def headline(result: dict) -> str:
         largest = max(by_category, key=by_category.get)
         if largest != "unknown":  # uncategorized bytes (common on CUDA, and in a step cut short) explain nothing
             sentence += f"; {category_label(largest)} are {format_bytes(by_category[largest])} of it"
+    if unprofiled := result.get("unprofiled_failure"):
+        failed = result.get("failed_at")
+        at = f" at {failed['file']}:{failed['line']}" if failed else ""
+        how = "ran out of memory" if result.get("oom") else "failed"
+        return (
+            f"in the {result.get('profiled_steps')} profiled optimizer steps {sentence}; the run {how}{at} "
+            f"after {unprofiled['after_steps']} steps, which were not all profiled: --all-steps profiles every step "
+            "(slow on long runs)"
+        )
+    if result.get("stopped_early"):
+        sentence = f"in the {result.get('profiled_steps')} profiled optimizer steps {sentence}"
     if not result.get("oom"):
         return sentence
 
