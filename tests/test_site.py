@@ -169,3 +169,22 @@ def test_every_fact_marker_is_rendered(site):
         assert "oomlab:fact" not in raw, f"{page.relative_to(site)} still holds a fact marker"
         if measured:
             assert "not measured yet" not in text_of(page), f"{page.relative_to(site)} shows a fact as not measured"
+
+
+def test_measurements_page_shows_how_long_a_learner_waits_and_whether_forked_runs_equal_fresh_ones(site):
+    text = text_of(site / "measurements" / "index.html")
+    speed = ROOT / "course" / "measurements" / "speed.json"
+    if speed.is_file():
+        report = json.loads(speed.read_text(encoding="utf-8"))
+        for row in report["exercises"] + report.get("scripts", []):
+            assert row["id"] in text and f"{row['diagnose_s']:.1f}" in text
+        assert all(f"{row['recheck_warm_s']:.1f}" in text for row in report["exercises"])
+    else:
+        assert "Not timed yet: on a CUDA GPU, make bench" in text
+    equivalence = ROOT / "course" / "measurements" / "equivalence.json"
+    if equivalence.is_file():
+        table = json.loads(equivalence.read_text(encoding="utf-8"))
+        equal = sum(row["equal"] for row in table["rows"])
+        assert f"Of {table['runs']} runs, {equal} gave the same verdict" in text
+    else:
+        assert "Not compared yet" in text

@@ -142,13 +142,17 @@ def equivalence(
 
 
 @dev_app.command()
-def figures(out: Optional[Path] = typer.Option(None, help=f"where the site's pictures go (default: {FIGURES_DIR})")) -> None:
+def figures(
+    out: Optional[Path] = typer.Option(None, help=f"where the site's pictures go (default: {FIGURES_DIR})"),
+    jobs: int = JOBS,
+) -> None:
     """Redraw the site's pictures from real runs: each exercise's tool on its seeded bug and on its reference fix."""
     from oomlab.site.figures import regenerate
 
     course = Course()
-    with console.status("Running each exercise's tool…") as status:
-        written = regenerate(course, out or course.root / FIGURES_DIR, note=lambda s: status.update(s))
+    jobs = jobs or auto_jobs(course)
+    with console.status(f"Running each exercise's tool, {jobs} at a time…") as status:
+        written = regenerate(course, out or course.root / FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs)
     for path in written:
         console.print(f"Wrote {relpath(path, course.root)}")
 
@@ -193,30 +197,39 @@ def facts(
 @dev_app.command()
 def bench(
     exercise: Optional[list[str]] = typer.Option(None, "--exercise", help="time only this exercise (repeatable)"),
-    repeat: int = typer.Option(3, min=3, help="runs per figure; each figure is their median"),
+    exercises: bool = typer.Option(True, "--exercises/--no-exercises", help="time the course's exercises"),
+    scripts: bool = typer.Option(True, "--scripts/--no-scripts", help="time the tools on scripts that are not in the course"),
     verify_too: bool = typer.Option(True, "--verify/--no-verify", help="time the whole `oomlab dev verify` as well"),
+    repeat: int = typer.Option(3, min=3, help="runs per figure; each figure is their median"),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
 ) -> None:
-    """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify."""
+    """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify.
+
+    The figures are merged into the report row by row, as each is measured: a sitting cut short keeps its rows.
+    """
     from oomlab.bench import bench as run_bench
     from oomlab.bench import merge
 
     course = Course()
     path = json_path or course.root / SPEED_JSON
+    report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     with console.status("Benchmarking…") as status:
-        now = run_bench(exercise, repeat, verify_too, note=lambda s: status.update(f"Benchmarking {s}…"))
-    earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    report = merge(earlier, now)
-    table = Table(header_style="bold", title=f"seconds on {report['gpu']}, torch {report['torch']}", title_justify="left")
+        for now in run_bench(
+            exercise, repeat, exercises, scripts, verify_too, note=lambda s: status.update(f"Benchmarking {s}…")
+        ):
+            report = merge(report, now)
+            write_atomic(path, json.dumps(report, indent=2) + "\n")
+    if report is None:
+        raise OomLabError("Nothing was timed.", "Leave out --no-exercises, --no-scripts or --no-verify.")
     keys = ("plain_s", "check_cold_s", "recheck_warm_s", "plain_bug_s", "snapshot_s", "hunt_s", "profile_s", "diagnose_s")
-    for col in ("exercise", *keys):
+    table = Table(header_style="bold", title=f"seconds on {report['gpu']}, torch {report['torch']}", title_justify="left")
+    for col in ("exercise or script", *keys):
         table.add_column(col.removesuffix("_s"))
-    for row in report["exercises"]:
-        table.add_row(row["id"], *(f"{row[k]:.2f}" for k in keys))
+    for row in report["exercises"] + report["scripts"]:
+        table.add_row(row["id"], *(f"{row[k]:.2f}" if k in row else "" for k in keys))
     console.print(table)
-    if "verify" in report:
-        console.print(f"oomlab dev verify: {report['verify']['wall_s']} s ({report['verify']['created']})")
+    if "verify_wall_s" in report:
+        console.print(f"oomlab dev verify: {report['verify_wall_s']} s ({report['verify_created']})")
     for target, met in report["targets"].items():
         console.print(Text(f"{'✓' if met else '✗'} {target.replace('_', ' ')}", style="green" if met else "yellow"))
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
     console.print(f"Wrote {relpath(path, course.root)}")

@@ -13,50 +13,66 @@ import datetime
 import json
 import shutil
 from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from oomlab.course.state import StateDir, write_atomic
 from oomlab.grading.truth import Variant
+from oomlab.measure import warm
 from oomlab.steps import step
 from oomlab.tools import presenter
 from oomlab.tools.run import exercise_target, run_tool
 
 
-def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None) -> list[Path]:
+def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> list[Path]:
+    """Run every exercise's tool on its bug and its fix, ``jobs`` at a time, and copy what they drew into ``out``.
+
+    Each run is a fresh process under its exercise's budget, as a learner's
+    would be (never forked from a warm server, whose frames would show in the
+    snapshots), so runs side by side change no figure.
+    """
     out.mkdir(parents=True, exist_ok=True)
     index = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "figures": {}}
-    written = []
+    runs = []
     for ex in course.exercises:
-        tool = step(ex.step)
         bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol: bug).script()
-        for variant, script, shown in (("bug", bug, ex.learner_path), ("fix", ex.solution_path, ex.solution_path)):
-            note(f"{tool.name} on {ex.id} ({variant})…")
-            target = exercise_target(ex, script=script, shown_as=shown)
-            m, result = run_tool(target, tool.name, StateDir(course.root).figure_run(ex.id, variant), tool.figure_options)
-            index.setdefault("gpu", m.gpu)
-            index.setdefault("torch", m.torch)
-            files = []
-            for picture in presenter(tool.name).draw(result, Path(result["out_dir"])):
-                dest = out / f"{ex.id}-{variant}-{picture.name}"
-                shutil.copyfile(picture, dest)
-                files.append(dest.name)
-                written.append(dest)
-            snapshot = Path(result["out_dir"]) / "snapshot.pickle"
-            kept = None
-            if snapshot.is_file():  # readers can open it in PyTorch's own viewer
-                dest = out / f"{ex.id}-{variant}-snapshot.pickle"
-                shutil.copyfile(snapshot, dest)
-                written.append(dest)
-                kept = dest.name
-            index["figures"][f"{ex.id}-{variant}"] = {
-                "exercise": ex.id,
-                "variant": variant,
-                "tool": tool.name,
-                "kind": result.get("kind"),
-                "headline": result.get("headline"),
-                "wall_s": m.wall_s,
-                "files": files,
-                "snapshot": kept,
-            }
+        runs += [(ex, "bug", bug, ex.learner_path), (ex, "fix", ex.solution_path, ex.solution_path)]
+
+    def run(item) -> tuple:
+        ex, variant, script, shown = item
+        note(f"{step(ex.step).name} on {ex.id} ({variant})…")
+        target = exercise_target(ex, script=script, shown_as=shown)
+        return run_tool(target, step(ex.step).name, StateDir(course.root).figure_run(ex.id, variant), step(ex.step).figure_options)
+
+    with warm.fresh_only(), ThreadPoolExecutor(max(1, jobs)) as pool:
+        measured = list(pool.map(run, runs))
+    written = []
+    for (ex, variant, _, _), (m, result) in zip(runs, measured, strict=True):
+        tool = step(ex.step)
+        index.setdefault("gpu", m.gpu)
+        index.setdefault("torch", m.torch)
+        files = []
+        for picture in presenter(tool.name).draw(result, Path(result["out_dir"])):
+            dest = out / f"{ex.id}-{variant}-{picture.name}"
+            shutil.copyfile(picture, dest)
+            files.append(dest.name)
+            written.append(dest)
+        snapshot = Path(result["out_dir"]) / "snapshot.pickle"
+        kept = None
+        if snapshot.is_file():  # readers can open it in PyTorch's own viewer
+            dest = out / f"{ex.id}-{variant}-snapshot.pickle"
+            shutil.copyfile(snapshot, dest)
+            written.append(dest)
+            kept = dest.name
+        index["figures"][f"{ex.id}-{variant}"] = {
+            "exercise": ex.id,
+            "variant": variant,
+            "tool": tool.name,
+            "kind": result.get("kind"),
+            "headline": result.get("headline"),
+            "wall_s": m.wall_s,
+            "files": files,
+            "snapshot": kept,
+        }
     write_atomic(out / "figures.json", json.dumps(index, indent=2) + "\n")
     return [*written, out / "figures.json"]

@@ -38,6 +38,7 @@ if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders
 
 from oomlab.course.manifest import STEP_NAMES, Exercise  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
+from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
@@ -45,6 +46,8 @@ from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
 FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab dev figures`
 FACTS_JSON = "measurements/facts.json"  # relative to docs_dir; written by `oomlab dev facts`
+SPEED_JSON = "measurements/speed.json"  # relative to docs_dir; written by `oomlab dev bench`
+EQUIVALENCE_JSON = "measurements/equivalence.json"  # relative to docs_dir; written by `oomlab dev equivalence`
 PROBES = "probes"  # relative to docs_dir: the probe scripts behind facts.json
 PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
@@ -60,7 +63,17 @@ FRONT_MATTER = "---\nhide:\n  - toc\n---\n\n"
 
 # Per build: the exercises in course order and the parsed verify.json.
 # The facts: facts.json (None before `oomlab dev facts` ran), the probes by name, and the derived figures.
-_state: dict = {"exercises": [], "report": None, "report_problem": "", "figures": {}, "facts": None, "probes": {}, "derived": {}}
+_state: dict = {
+    "exercises": [],
+    "report": None,
+    "report_problem": "",
+    "figures": {},
+    "facts": None,
+    "probes": {},
+    "derived": {},
+    "speed": None,  # speed.json, None before `oomlab dev bench` ran
+    "equivalence": None,  # equivalence.json, None before `oomlab dev equivalence` ran
+}
 
 
 # --------------------------------------------------------------------------- formatting
@@ -697,7 +710,90 @@ def measurements_page() -> str:
     extra = [row.get("id") for row in report["exercises"] if row.get("id") not in known]
     if extra:
         md += ["The report also lists exercises the course no longer has: " + ", ".join(f"`{e}`" for e in extra) + ".", ""]
+    md += equivalence_section(_state["equivalence"]) + speed_section(_state["speed"])
     return "\n".join(md) + "\n"
+
+
+def equivalence_section(report: dict | None) -> list[str]:
+    """Whether a run forked from a warm server measures what a fresh process measures, from ``equivalence.json``."""
+    md = ["## Forked and fresh runs", ""]
+    if report is None:
+        return md + ["Not compared yet: on a CUDA GPU, `make equivalence` (`oomlab dev equivalence`) compares them.", ""]
+    differ = [f"{r['exercise']} {r['run']}" for r in report["rows"] if not r["equal"]]
+    md += [
+        f"[`{EQUIVALENCE_JSON}`]({EQUIVALENCE_JSON}) holds every run of the course measured twice on "
+        f"{measured_on(report)}, {measured_date(report)}: in a fresh process and forked from a warm server. "
+        f"Of {report['runs']} runs, {report['runs'] - len(differ)} gave the same verdict, workload and allocator "
+        f"figures both ways (all {len(STAT_FIGURES)} that the course reads from `memory_stats()`, those above among "
+        "them). The whole course took "
+        f"{report['fresh_wall_s']} s fresh and {report['forked_wall_s']} s forked, {report.get('jobs', 1)} runs at a time.",
+        "",
+    ]
+    if differ:
+        md += ['!!! warning "Runs that differ"', "", "    " + cell(", ".join(differ)) + ".", ""]
+    return md
+
+
+SPEED_COLUMNS = (  # (speed.json key, column heading)
+    ("plain_s", "`python train.py` (fix)"),
+    ("check_cold_s", "`oomlab check`"),
+    ("recheck_warm_s", "re-check under `watch`"),
+    ("plain_bug_s", "`python train.py` (bug)"),
+    ("snapshot_s", "`snapshot`"),
+    ("hunt_s", "`hunt`"),
+    ("profile_s", "`profile`"),
+    ("diagnose_s", "`diagnose`"),
+)
+TARGETS = {
+    "recheck_warm_under_2_s": "a re-check under `watch` takes under 2 s",
+    "check_cold_within_plain_plus_1_5_s": "`oomlab check` takes at most 1.5 s more than `python train.py`",
+    "diagnose_within_2x_plain": "`diagnose` takes at most twice the plain run",
+    "verify_under_30_s": "the whole `oomlab dev verify` takes under 30 s",
+}
+
+
+def speed_section(report: dict | None) -> list[str]:
+    """How long a learner waits for each command, from ``speed.json``."""
+    md = ["## How long a learner waits", ""]
+    if report is None:
+        return md + ["Not timed yet: on a CUDA GPU, `make bench` (`oomlab dev bench`) times every command.", ""]
+    md += [
+        f"Seconds of wall time, each the median of {report.get('repeat', 3)} runs in one sitting, from "
+        f"[`{SPEED_JSON}`]({SPEED_JSON}), which `oomlab dev bench` wrote on {measured_on(report)}. Each command is "
+        "run as a learner types it, in a course folder made by `oomlab init`; the reference is already cached for "
+        "`check`. The tools run on the exercise as shipped, under its budget.",
+        "",
+        "| Exercise | " + " | ".join(heading for _, heading in SPEED_COLUMNS) + " |",
+        "|---|" + "---:|" * len(SPEED_COLUMNS),
+    ]
+    for row in report.get("exercises", []):
+        md.append(f"| {cell(row['id'])} | " + " | ".join(_seconds(row.get(k)) for k, _ in SPEED_COLUMNS) + " |")
+    if report.get("scripts"):
+        md += [
+            "",
+            "Scripts that are not in the course, run uncapped: `long_history.py` trains for 840 optimizer steps and "
+            f"keeps each step's logits in a dict. The profiler follows its first {step('profile').options['max_steps']} steps "
+            "(`--all-steps`: all of them).",
+            "",
+            "| Script | `python` | `snapshot` | `hunt` | `profile` | `diagnose` |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in report["scripts"]:
+            keys = ("plain_s", "snapshot_s", "hunt_s", "profile_s", "diagnose_s")
+            md.append(f"| {cell(row['id'])} | " + " | ".join(_seconds(row.get(k)) for k in keys) + " |")
+    if "verify_wall_s" in report:
+        md += [
+            "",
+            f"The whole `oomlab dev verify`: {report['verify_wall_s']} s for {report['verify_runs']} runs, "
+            f"{report['verify_parallel']} at a time.",
+        ]
+    md += ["", "| Target | Met |", "|---|---|"]
+    md += [f"| {TARGETS.get(name, cell(name))} | {'yes' if met else '**no**'} |" for name, met in report.get("targets", {}).items()]
+    return md + [""]
+
+
+def _seconds(value) -> str:
+    return "" if value is None else f"{value:.1f}"
 
 
 def exercise_list(page_src_uri: str, step_name: str | None) -> str:
@@ -742,6 +838,12 @@ def on_config(config):
     _state["derived"] = derived_facts(_state["exercises"], _state["facts"])
     if _state["facts"] is None:
         log.info(f"There is no {FACTS_JSON} yet: on a CUDA GPU, `{site_facts.COMMAND}` writes it.")
+    for key, name in (("speed", SPEED_JSON), ("equivalence", EQUIVALENCE_JSON)):
+        path = docs / name
+        try:
+            _state[key] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except ValueError as err:
+            raise PluginError(f"course/{name} is not valid JSON: {err}") from None
     figures = Path(config.docs_dir) / FIGURES_JSON
     _state["figures"] = json.loads(figures.read_text(encoding="utf-8")) if figures.is_file() else {}
     if _state["report_problem"]:
