@@ -45,6 +45,7 @@ from oomlab.measure import warm
 from oomlab.measure.harness import child_env
 
 TOOLS = ("snapshot", "hunt", "profile", "diagnose")
+ROWS = ("exercises", "scripts")  # the kinds of row a report holds, each merged by id
 VERDICTS = ("passes.", "does not pass yet.")
 
 
@@ -237,9 +238,6 @@ def merge(earlier: dict | None, now: dict) -> dict:
         merged[kind] = list(rows.values())
     merged["targets"] = targets(merged)
     return merged
-
-
-ROWS = ("exercises", "scripts")
 
 
 def targets(report: dict) -> dict:

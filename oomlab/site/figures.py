@@ -40,9 +40,10 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
 
     def run(item) -> tuple:
         ex, variant, script, shown = item
-        note(f"{step(ex.step).name} on {ex.id} ({variant})…")
+        tool = step(ex.step)
+        note(f"{tool.name} on {ex.id} ({variant})…")
         target = exercise_target(ex, script=script, shown_as=shown)
-        return run_tool(target, step(ex.step).name, StateDir(course.root).figure_run(ex.id, variant), step(ex.step).figure_options)
+        return run_tool(target, tool.name, StateDir(course.root).figure_run(ex.id, variant), tool.figure_options)
 
     with warm.fresh_only(), ThreadPoolExecutor(max(1, jobs)) as pool:
         measured = list(pool.map(run, runs))
