@@ -2,8 +2,9 @@
 
 ``pytest graders`` grades your files in ``exercises/``. ``pytest graders --solutions``
 checks the course itself with the same truth check as ``oomlab dev verify``: the
-reference fix passes and repeats its figures, and the seeded bug, every tempting
-wrong fix and every generic cheat fails with the check that must catch it.
+reference fix passes and repeats its figures, every accepted alternative fix
+passes, and the seeded bug, every tempting wrong fix and every generic cheat
+fails with the check that must catch it.
 """
 
 from __future__ import annotations
@@ -68,10 +69,12 @@ def test_exercise_is_well_formed(ex, request):
     compile(bug, str(ex.learner_path), "exec")
     compile(sol, str(ex.solution_path), "exec")
     assert bug != sol, "the solution must change the buggy script"
-    assert len(ex.hints) >= 3, "hints go nudge -> tool -> change"
+    assert len(ex.hints) == 3, "hints go nudge -> tool -> change"
+    assert ex.interview.question and len(ex.interview.answer.split()) >= 150, "a model answer of about two minutes"
     assert ex.wrong_fixes, "each exercise ships at least one tempting wrong fix"
     assert {"no_oom", "same_workload", "same_results"} <= set(ex.checks)
-    for fix in ex.wrong_fixes:
+    for fix in (*ex.wrong_fixes, *ex.alternatives):
         variant = fix.apply(bug)
         compile(variant, fix.name, "exec")
         assert variant not in (bug, sol)
+    assert "torch.manual_seed(0)" in sol, "the other-seed cheat changes this line: without it the cheat tests nothing"

@@ -40,10 +40,12 @@ def workload(**overrides) -> dict:
         "inference_elements": 64 * 512,
         "devices": ["cuda"],
         "backward_calls": 3,
+        "backward_per_step": [1, 1, 1],
         "losses": [2.5, 2.0, 1.5],
         "param_count": 1000,
         "weights_sum": 12.5,
         "weights_norm": 30.0,
+        "serving": {"reserved": [600 * MIB] * 4, "inactive_split": [8 * MIB] * 4, "output_sums": [1.0, 2.0]},
     }
     return {**base, **overrides}
 
@@ -128,8 +130,8 @@ def test_same_results_within_tolerance_passes():
 @pytest.mark.parametrize(
     "changes, words",
     [
-        ({"losses": [2.5, 2.1, 1.5]}, ["At step 2", "altered what the model computes"]),
-        ({"losses": [2.5, 2.0]}, ["backward() ran 2 times", "runs it 3 times"]),
+        ({"losses": [2.5, 2.1, 1.5]}, ["At optimizer step 2", "altered what the optimizer sees"]),
+        ({"losses": [2.5, 2.0]}, ["stepped 2 times", "steps 3 times"]),
         ({"weights_sum": 13.0}, ["final weights differ", "sum 13.0 vs 12.5"]),
         ({"weights_norm": 31.0}, ["final weights differ", "norm 31.0 vs 30.0"]),
         ({"weights_sum": None, "weights_norm": None}, ["final weights differ", "None"]),
@@ -164,7 +166,7 @@ def test_oom_caught_by_the_script_still_fails():
     # The script swallowed the OutOfMemoryError and ran to its end: the allocator's counter remembers.
     result = check("no_oom", measurement(status="ok", stats_=stats(ooms=2)))
     assert not result.passed
-    assert "caught it" in result.detail
+    assert "caught 2" in result.detail
 
 
 # --- untampered ------------------------------------------------------------------------------
@@ -243,17 +245,18 @@ def test_relative_bytes_without_figures_fail():
 def test_run_checks_always_includes_untampered():
     tampered = measurement(tamper=["changed the exercise's memory budget (torch._C._cuda_setMemoryFraction)"])
     results = run_checks({"no_oom": {}}, tampered, REF)
-    assert [r.name for r in results] == ["untampered", "no_oom"]
+    assert [r.name for r in results] == ["untampered", "settings", "no_oom"]
     assert not results[0].passed
-    assert [r.name for r in run_checks({}, measurement(), REF)] == ["untampered"]
+    assert [r.name for r in run_checks({}, measurement(), REF)] == ["untampered", "settings"]
     # Named in the manifest too: still run once.
-    assert [r.name for r in run_checks({"no_oom": {}, "untampered": {}}, measurement(), REF)] == ["untampered", "no_oom"]
+    names = [r.name for r in run_checks({"no_oom": {}, "untampered": {}}, measurement(), REF)]
+    assert names == ["untampered", "settings", "no_oom"]
 
 
 def test_run_checks_passes_the_manifests_parameters():
     m = measurement(stats_=stats(retries=1))
-    assert not run_checks({"retries": {}}, m, REF)[1].passed
-    assert run_checks({"retries": {"max": 1}}, m, REF)[1].passed
+    assert not run_checks({"retries": {}}, m, REF)[2].passed
+    assert run_checks({"retries": {"max": 1}}, m, REF)[2].passed
 
 
 @pytest.mark.parametrize(
@@ -263,7 +266,9 @@ def test_run_checks_passes_the_manifests_parameters():
         ("retries", {"max": 1.5}, ["max should be a int"]),
         ("retries", {"max": True}, ["max should be a int"]),
         ("peak_allocated", {"tolerance": "10%"}, ["tolerance should be a float"]),
-        ("no_oom", {"strict": True}, ["unknown parameter 'strict'", "Allowed: none"]),
+        ("no_oom", {"strict": True}, ["unknown parameter 'strict'", "Allowed: caught_max"]),
+        ("same_workload", {"padded": 1}, ["padded should be a bool"]),
+        ("untampered", {"strict": True}, ["unknown parameter 'strict'", "Allowed: none"]),
     ],
 )
 def test_validate_rejects_bad_parameters(name, params, words):
@@ -282,3 +287,94 @@ def test_validate_accepts_an_int_for_a_float_and_evaluate_uses_it():
     over = Measurement(script="fix.py", status="ok", stats=stats(peak_allocated=200 * MIB + 1))
     assert CHECKS["peak_allocated"].evaluate(at_limit, ref, params).passed  # 100 MiB x (1 + 1)
     assert not CHECKS["peak_allocated"].evaluate(over, ref, params).passed
+
+
+# --- judged by what the optimizer saw ----------------------------------------------------------
+
+
+def test_micro_batches_whose_losses_add_up_to_the_batch_pass():
+    # The child sums the losses backpropagated between optimizer steps: two halves, each loss / 2.
+    split = workload(backward_calls=6, backward_per_step=[2, 2, 2], losses=[2.5 * (1 + 1e-6), 2.0, 1.5])
+    assert check("same_results", measurement(workload_=split), rtol=1e-4).passed
+    assert check("same_workload", measurement(workload_=split)).passed
+
+
+def test_backward_per_step_asks_for_the_whole_batch_once_the_bugs_are_gone():
+    split = measurement(workload_=workload(backward_per_step=[4, 4, 4]))
+    result = check("backward_per_step", split, max=1)
+    assert not result.passed and "hyperparameter-level" in result.detail
+    assert check("backward_per_step", split, max=4).passed
+
+
+# --- padded inputs -----------------------------------------------------------------------------
+
+
+def test_padded_inputs_are_judged_by_samples_steps_and_results_not_elements():
+    padded = measurement(workload_=workload(train_elements=48 * 768))
+    assert not check("same_workload", padded).passed  # strict: the shapes are the workload
+    assert check("same_workload", padded, padded=True).passed
+    truncated = measurement(workload_=workload(train_elements=48 * 256, losses=[2.4, 2.0, 1.5]))
+    assert check("same_workload", truncated, padded=True).passed
+    assert not check("same_results", truncated).passed  # fewer tokens: another loss
+    smaller = measurement(workload_=workload(samples_per_step=[16, 8, 16]))
+    assert not check("same_workload", smaller, padded=True).passed
+
+
+# --- no_oom with recovery ----------------------------------------------------------------------
+
+
+def test_caught_ooms_pass_only_up_to_the_manifests_number():
+    once = measurement(stats_=stats(ooms=1))
+    assert not check("no_oom", once).passed
+    assert check("no_oom", once, caught_max=1).passed
+    assert not check("no_oom", measurement(stats_=stats(ooms=2)), caught_max=1).passed
+    assert not check("no_oom", measurement(status="oom", stats_=stats(ooms=1)), caught_max=1).passed
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def test_settings_the_exercise_does_not_leave_to_the_learner_fail():
+    m = measurement(alloc_conf="expandable_segments:True", alloc_conf_declared=True)
+    result = check("settings", m, alloc_conf="", learner_settings=False)
+    assert not result.passed and "wants the fix in the code" in result.detail
+    assert check("settings", m, alloc_conf="", learner_settings=True).passed
+    assert check("settings", measurement(), alloc_conf="", learner_settings=False).passed
+
+
+def test_another_allocator_backend_is_never_a_fix():
+    m = measurement(alloc_conf="backend:cudaMallocAsync", alloc_conf_declared=True)
+    result = check("settings", m, alloc_conf="", learner_settings=True)
+    assert not result.passed and "native caching allocator" in result.detail
+
+
+# --- plateau and a worker's outputs ------------------------------------------------------------
+
+
+def serving_run(reserved, stranded=None, sums=(1.0, 2.0)):
+    stranded = stranded or [0] * len(reserved)
+    w = workload(optimizer_steps=0, samples_per_step=[], losses=[], weights_sum=None, weights_norm=None)
+    w["serving"] = {
+        "reserved": [r * MIB for r in reserved],
+        "inactive_split": [s * MIB for s in stranded],
+        "output_sums": list(sums),
+    }
+    return measurement(workload_=w)
+
+
+def test_plateau_fails_memory_that_grows_after_warm_up():
+    flat = serving_run([100, 300, 300, 300, 300, 300])
+    growing = serving_run([100, 150, 200, 250, 300, 350], [0, 10, 20, 30, 40, 50])
+    assert check("plateau", flat, slack_mib=16).passed
+    result = check("plateau", growing, slack_mib=16)
+    assert not result.passed
+    assert "reserved memory grew by 150.0 MiB" in result.detail and "non-releasable memory grew by 30.0 MiB" in result.detail
+    assert not check("plateau", serving_run([100]), slack_mib=16).passed  # nothing to judge
+
+
+def test_a_worker_without_an_optimizer_is_judged_by_its_outputs():
+    ref = serving_run([100, 100], sums=(1.0, 2.0))
+    assert check("same_results", serving_run([100, 100], sums=(1.0, 2.0 + 1e-9)), ref=ref).passed
+    result = check("same_results", serving_run([100, 100], sums=(1.0, 2.5)), ref=ref)
+    assert not result.passed and "request 2" in result.detail
+    assert not check("same_results", serving_run([100], sums=(1.0,)), ref=ref).passed

@@ -9,6 +9,7 @@ import pytest
 
 from oomlab.course import Course
 from oomlab.course.manifest import STEP_NAMES
+from oomlab.course.modules import MODULES
 from oomlab.errors import OomLabError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,16 +36,21 @@ def load_error(root: Path) -> str:
 
 def test_the_copy_loads(course_copy):
     course = Course(course_copy)
-    assert [e.id for e in course.exercises] == ["feature-cache", "eval-graphs", "one-hot-peak"]
-    ex = course.exercises[0]
+    ids = [e.id for e in course.exercises]
+    assert ids.index("feature-cache") < ids.index("eval-graphs") < ids.index("one-hot-peak")
+    # Module by module, in the modules' order, then by order within the course.
+    rank = [m.name for m in MODULES]
+    keys = [(rank.index(e.module), e.order) for e in course.exercises]
+    assert keys == sorted(keys)
+    ex = course.get("feature-cache")
     assert ex.manifest_path == manifest(course_copy, "feature-cache")
     assert isinstance(ex.time_limit_s, float)  # an int in TOML is accepted where a float is wanted
     assert all(e.step in STEP_NAMES for e in course.exercises)
 
 
 def test_invalid_toml(course_copy):
-    path = edit(course_copy, "eval-graphs", "order = 2\n", "order = = 2\n")
-    line = path.read_text().splitlines().index("order = = 2") + 1
+    path = edit(course_copy, "eval-graphs", "order = 6\n", "order = = 6\n")
+    line = path.read_text().splitlines().index("order = = 6") + 1
     message = load_error(course_copy)
     assert f"{path} is not valid TOML" in message
     assert f"line {line}" in message
@@ -60,7 +66,7 @@ def test_missing_key(course_copy):
     "find, replace, words",
     [
         ("budget_bytes = 1_073_741_824", 'budget_bytes = "1 GiB"', "'budget_bytes' should be a int, found str '1 GiB'"),
-        ("order = 2", "order = true", "'order' should be a int, found bool True"),
+        ("order = 6", "order = true", "'order' should be a int, found bool True"),
         ("time_limit_s = 120", 'time_limit_s = "2 min"', "'time_limit_s' should be a float, found str"),
         ('alloc_conf = ""', "alloc_conf = 5", "'alloc_conf' should be a str, found int 5"),
         ("[checks.same_results]\nrtol", "[checks]\nsame_results = 3\n[checks.x]\nrtol", "[checks.same_results] must be a table"),
@@ -74,12 +80,49 @@ def test_wrong_type(course_copy, find, replace, words):
     assert words in message
 
 
-def test_hints_must_be_non_empty_strings(course_copy):
+@pytest.mark.parametrize("hints", ["[]", '["one", "two"]', '["one", "two", " "]', '["1", "2", "3", "4"]'])
+def test_hints_must_be_three_strings(course_copy, hints):
     path = manifest(course_copy, "eval-graphs")
     text = path.read_text(encoding="utf-8")
-    path.write_text(re.sub(r"hints = \[.*?\n\]\n", "hints = []\n", text, flags=re.S), encoding="utf-8")
+    path.write_text(re.sub(r"hints = \[.*?\n\]\n", f"hints = {hints}\n", text, flags=re.S), encoding="utf-8")
     message = load_error(course_copy)
-    assert f"{path}: hints must be a non-empty list of strings" in message
+    assert f"{path}: hints must be a list of 3 non-empty strings" in message
+
+
+def test_unknown_module(course_copy):
+    path = edit(course_copy, "eval-graphs", 'module = "hunt"', 'module = "hunting"')
+    message = load_error(course_copy)
+    assert f"{path}: module 'hunting' is not one of read-the-numbers, snapshot, hunt" in message
+
+
+def test_interview_needs_a_question_and_an_answer(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(re.sub(r'question = ".*?"\n', 'question = ""\n', text), encoding="utf-8")
+    assert f"{path}: [interview] needs a question and a model answer" in load_error(course_copy)
+    path.write_text(re.sub(r"\[interview\].*?\n\n", "", text, flags=re.S), encoding="utf-8")
+    assert f"{path}: the key 'interview' is missing" in load_error(course_copy)
+
+
+def test_an_exercise_without_a_wrong_fix(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text[: text.index("[[wrong_fixes]]")], encoding="utf-8")
+    assert f"{path}: no [[wrong_fixes]]" in load_error(course_copy)
+
+
+def test_alternatives_load_as_fixes_that_must_pass(course_copy):
+    path = manifest(course_copy, "eval-graphs")
+    alternative = (
+        '\n[[alternatives]]\nname = "item-not-tensor"\nwhy = "A float keeps no graph."\n'
+        '[[alternatives.edits]]\nfind = "losses.append(F.cross_entropy(model(x), y))"\n'
+        'replace = "losses.append(F.cross_entropy(model(x), y).item())"\n'
+    )
+    path.write_text(path.read_text(encoding="utf-8") + alternative, encoding="utf-8")
+    ex = Course(course_copy).get("eval-graphs")
+    assert [a.name for a in ex.alternatives][-1] == "item-not-tensor" and ex.alternatives[-1].expect == ""
+    path.write_text(path.read_text(encoding="utf-8") + alternative, encoding="utf-8")
+    assert "share a name" in load_error(course_copy)
 
 
 def test_unknown_check(course_copy):

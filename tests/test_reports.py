@@ -62,7 +62,15 @@ def test_committed_snapshots_name_files_relative_to_the_course():
 EQUIVALENCE = REPO / "course" / "measurements" / "equivalence.json"
 
 
-def test_equivalence_json_compares_every_run_of_the_course_fresh_and_forked_and_finds_them_equal():
+def test_equivalence_json_compares_every_run_of_the_course_fresh_and_forked_and_finds_the_same_grades():
+    """Forked from a warm server or fresh, a run gets the same verdict, and a run that must pass the same figures.
+
+    Not every run is bit-equal both ways: kernels whose sums are not deterministic
+    (scaled_dot_product_attention's backward) move a loss in its last bits, and runs
+    that fail under memory pressure can end with other final figures or another retry
+    count. The site lists those runs; none may change a verdict, and none may be a run
+    the course expects to pass.
+    """
     table = json.loads(EQUIVALENCE.read_text(encoding="utf-8"))
     assert table["code"] == fingerprint(), (
         f"{EQUIVALENCE.relative_to(REPO)} is older than the measuring code: run `make equivalence` on a GPU and commit it."
@@ -73,10 +81,14 @@ def test_equivalence_json_compares_every_run_of_the_course_fresh_and_forked_and_
     compared = [(row["exercise"], row["run"]) for row in table["rows"]]
     assert sorted(compared) == sorted(expected), "the table and verify.json must cover the same runs"
     assert table["runs"] == len(compared)
-    differ = [
-        f"{row['exercise']} {row['run']}: {row['stats_differ'] or 'verdict, workload or tamper'}"
-        for row in table["rows"]
-        if not row["equal"]
-    ]
-    assert table["all_equal"] and not differ, f"forked and fresh runs differ: {differ}"
     assert {(row["fresh"]["runner"], row["forked"]["runner"]) for row in table["rows"]} == {("fresh", "forked")}
+    other_verdict = [f"{r['exercise']} {r['run']}" for r in table["rows"] if r["fresh"]["verdict"] != r["forked"]["verdict"]]
+    assert not other_verdict, f"a forked run got another verdict than a fresh one: {other_verdict}"
+    passing = [r for r in table["rows"] if r["kind"] in ("reference", "solution", "alternative")]
+    other_figures = [
+        f"{r['exercise']} {r['run']}: {r['stats_differ']}"
+        for r in passing
+        if not r["stats_equal"] or any(r["fresh"][k] != r["forked"][k] for k in ("status", "oom"))
+    ]
+    assert not other_figures, f"a fix measured other allocator figures forked than fresh: {other_figures}"
+    assert table["all_equal"] == all(r["equal"] for r in table["rows"])

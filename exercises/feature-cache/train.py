@@ -2,7 +2,7 @@
 
 Encoding is the slow part, so the script encodes the dataset once, keeps the
 features on the GPU, and trains a small head on them for a few epochs. It runs
-out of memory while caching the features, although they need far less memory
+out of memory while caching the features, although they need less memory
 than the budget. Find where the rest went, and fix it without changing what
 the script encodes or trains.
 """

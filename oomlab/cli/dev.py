@@ -4,7 +4,8 @@
 - ``equivalence``: ``course/measurements/equivalence.json``, every run fresh and forked, side by side;
 - ``bench``: ``course/measurements/speed.json``, how long a learner waits for each command;
 - ``figures``: ``course/figures/``, the tools' pictures;
-- ``facts``: ``course/measurements/facts.json``, the probes in ``course/probes/`` (see :mod:`oomlab.site.facts`).
+- ``facts``: ``course/measurements/facts.json``, the probes in ``course/probes/`` (see :mod:`oomlab.site.facts`);
+- ``calibrate``: an exercise's runs under a generous ceiling, to size its budget (writes nothing committed).
 """
 
 from __future__ import annotations
@@ -98,6 +99,55 @@ def verify(
     )
 
 
+@dev_app.command()
+def calibrate(
+    exercises: Optional[list[str]] = typer.Argument(None, help="exercise ids (default: all)"),
+    ceiling: str = typer.Option("12GiB", help="the cap every run gets instead of its budget"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the rows as JSON here"),
+    jobs: int = JOBS,
+) -> None:
+    """Size budgets: each exercise's fixes, bug and wrong fixes under a generous ceiling, and the budget the fixes suggest."""
+    from oomlab.grading.calibrate import calibrate as calibrate_course
+    from oomlab.measure.machine import parallel_runs
+    from oomlab.units import parse_size
+
+    course = Course()
+    chosen = [course.get(e) for e in exercises] if exercises else course.exercises
+    cap = parse_size(ceiling)
+    jobs = jobs or parallel_runs([cap])
+    with console.status("Calibrating…") as status:
+        report = calibrate_course(chosen, cap, jobs, note=lambda s: status.update(f"Calibrating: {s}…"))
+    table = Table(header_style="bold", title=f"under a {ceiling} ceiling", title_justify="left")
+    for col in ("exercise", "run", "status", "peak alloc MiB", "peak reserved MiB", "non-releasable MiB", "retries", "s"):
+        table.add_column(col)
+    for row in report:
+        for r in row["runs"]:
+            table.add_row(
+                row["id"],
+                f"{r['kind']}: {r['name']}" if r["kind"] != r["name"] else r["name"],
+                r["status"] + (f" at {r['where']}" if r["where"] else ""),
+                in_mib(r["peak_allocated"], 0),
+                in_mib(r["peak_reserved"], 0),
+                in_mib(r["inactive_split_peak"], 0),
+                str(r["retries"]),
+                str(r["wall_s"]),
+            )
+        table.add_row(
+            row["id"],
+            "budget now / proposed",
+            "",
+            "",
+            f"{in_mib(row['budget_bytes'], 0)} / {in_mib(row['proposed_budget_bytes'], 0)}",
+            "",
+            "",
+            "",
+            end_section=True,
+        )
+    console.print(table)
+    if json_path:
+        write_atomic(json_path, json.dumps(report, indent=2) + "\n")
+
+
 def side_by_side(row: dict, key: str) -> str:
     """One figure of a fresh and a forked run: shown once when equal, both when not."""
     fresh, forked = row["fresh"][key], row["forked"][key]
@@ -107,6 +157,9 @@ def side_by_side(row: dict, key: str) -> str:
 @dev_app.command()
 def equivalence(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the table (default: {EQUIVALENCE_JSON})"),
+    verify_json: Optional[Path] = typer.Option(
+        None, "--verify-json", help="also write the truth check of the forked runs here (what `verify` writes)"
+    ),
     jobs: int = JOBS,
 ) -> None:
     """Every run of the course twice, fresh and forked from a warm server: the table that shows they measure the same."""
@@ -115,7 +168,12 @@ def equivalence(
     course = Course()
     jobs = jobs or auto_jobs(course)
     with console.status("Comparing…") as status:
-        report = compare(course.exercises, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
+        report, verified = compare(course.exercises, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
+    if verify_json:
+        write_atomic(verify_json, json.dumps(verified, indent=2) + "\n")
+        console.print(
+            f"Wrote {relpath(verify_json, course.root)}: {'every run as expected' if verified['ok'] else 'NOT every run as expected'}"
+        )
     table = Table(header_style="bold", title=f"fresh vs forked on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in ("exercise", "run", "verdict", "peak alloc", "peak reserved", "non-releasable", "retries", "OOM", "equal"):
         table.add_column(col)

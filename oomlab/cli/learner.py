@@ -20,6 +20,7 @@ from oomlab.cli import app, console
 from oomlab.cli.render import figures_table, notes, oom_panel, print_report, relpath, script_failure, workload_line
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
+from oomlab.course.modules import MODULES
 from oomlab.course.originals import keep_originals, pristine_source
 from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
@@ -141,18 +142,25 @@ def init(folder: Path = typer.Argument(..., help="a new or empty folder for your
 
 @app.command("list")
 def list_exercises() -> None:
-    """All exercises, in order, with their status."""
+    """All exercises, module by module, with their status."""
     course, progress = load()
     ex_now = current(course, progress)
     table = Table(header_style="bold")
     for col in ("#", "exercise", "title", "workflow step", "budget", "status"):
         table.add_column(col)
-    for i, e in enumerate(course.exercises, 1):
-        if progress.passed(e.id):
-            status = Text("passed", style="green")
-        else:
-            status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
-        table.add_row(str(i), e.id, e.title, step(e.step).label, gib(e.budget_bytes), status)
+    numbered = list(enumerate(course.exercises, 1))
+    for module in MODULES:
+        rows = [(i, e) for i, e in numbered if e.module == module.name]
+        if not rows:
+            continue
+        table.add_row("", Text(module.title, style="bold cyan"), "", "", "", "", end_section=False)
+        for i, e in rows:
+            if progress.passed(e.id):
+                status = Text("passed", style="green")
+            else:
+                status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
+            table.add_row(str(i), e.id, e.title, step(e.step).label, gib(e.budget_bytes), status)
+        table.add_section()
     for i, ex_id in enumerate(course.broken, len(course.exercises) + 1):
         table.add_row(str(i), ex_id, Text(course.problem(ex_id), style="red"), "", "", Text("broken", style="bold red"))
     console.print(table)
@@ -233,6 +241,21 @@ def hint(exercise: str = EXERCISE) -> None:
         console.print(Text("  That was the last hint, shown again: there are no more.", style="dim"))
     else:
         console.print(Text("  That is the last hint.", style="dim"))
+
+
+@app.command()
+def interview(
+    exercise: str = EXERCISE,
+    answer: bool = typer.Option(False, "--answer", help="Show the model answer too: answer aloud first."),
+) -> None:
+    """The interview question this exercise prepares you for; --answer shows a model answer."""
+    course, _ = load()
+    ex = course.get(exercise)
+    console.print(Panel(Text(ex.interview.question), title=f"Interview question: {ex.id}", title_align="left"))
+    if answer:
+        console.print(Panel(Text(ex.interview.answer), title="A model answer (about two minutes)", title_align="left"))
+    else:
+        console.print(Text(f"  Answer it aloud in two minutes, then `oomlab interview {ex.id} --answer`.", style="dim"))
 
 
 @app.command()

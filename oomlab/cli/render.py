@@ -119,11 +119,18 @@ def script_failure(m: Measurement, ex: Exercise) -> Panel:
 def notes(m: Measurement, ex: Exercise) -> list[str]:
     found = []
     if m.alloc_conf_changed:
-        conf = ex.alloc_conf or "the defaults"
-        found.append(
-            f"The script sets {', '.join(m.alloc_conf_changed)}, but the allocator was configured before it ran "
-            f"({conf}), so the setting had no effect. This exercise keeps the allocator settings fixed: fix the code."
+        conf = m.alloc_conf or "the defaults"
+        where = (
+            "Set it at the top of the script, before anything but imports, as the reference fix does."
+            if ex.learner_settings
+            else "This exercise keeps the allocator settings fixed: fix the code."
         )
+        found.append(
+            f"The script sets {', '.join(m.alloc_conf_changed)} after CUDA had started with {conf}, "
+            f"so the setting had no effect. {where}"
+        )
+    elif m.alloc_conf_declared:
+        found.append(f"The script sets the allocator's settings itself: the run started with {m.alloc_conf or 'the defaults'}.")
     return found
 
 

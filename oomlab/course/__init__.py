@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from oomlab.course.manifest import Exercise, load_exercise
+from oomlab.course.modules import MODULES
 from oomlab.course.shipped import shipped_root
 from oomlab.course.state import StateDir, shown
 from oomlab.errors import OomLabError
@@ -52,7 +53,7 @@ def find_root(start: Path | None = None) -> Path:
 
 
 class Course:
-    """The exercises of one course folder, in teaching order.
+    """The exercises of one course folder, in teaching order: module by module, then by ``order``.
 
     A folder made by ``oomlab init`` has no ``solutions/``: its exercises are
     graded against the reference fixes shipped in the package.
@@ -85,7 +86,8 @@ class Course:
                     self.broken[folder.name] = err
         if strict and self.broken:
             raise next(iter(self.broken.values()))
-        self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (e.order, e.id))
+        rank = {m.name: i for i, m in enumerate(MODULES)}
+        self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (rank[e.module], e.order, e.id))
 
     def problem(self, ex_id: str) -> str:
         """What is wrong with the broken exercise ``ex_id``, in one line, paths relative to the course."""

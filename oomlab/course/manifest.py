@@ -1,8 +1,9 @@
 """Reading ``exercises/<id>/exercise.toml``: one exercise's single source of truth.
 
-The buggy script, its reference fix, the tempting wrong fixes (as edits of the
-buggy script), the hints, the budget and the checks all hang off this file; the
-CLI, the pytest graders, ``oomlab verify`` and the site pages are derived from it.
+The buggy script, its reference fix, the tempting wrong fixes and the accepted
+alternative fixes (both as edits of the buggy script), the hints, the interview
+question, the budget and the checks all hang off this file; the CLI, the pytest
+graders, ``oomlab dev verify`` and the site pages are derived from it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+from oomlab.course.modules import MODULES, module_named
 from oomlab.errors import OomLabError
 from oomlab.steps import STEPS
 from oomlab.units import MIB
 
 STEP_NAMES = tuple(s.name for s in STEPS)
+HINTS = 3  # a nudge, which tool to use and what to look at, what to change
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,10 @@ class Edit:
 
 @dataclass(frozen=True)
 class WrongFix:
-    """A fix a learner is tempted to try, written as edits of the buggy script."""
+    """A fix a learner is tempted to try (or, with ``expect`` empty, an honest alternative), as edits of the buggy script."""
 
     name: str
-    expect: str  # the check that must catch it
+    expect: str  # the check that must catch it; "" for an accepted alternative, which must pass
     why: str
     edits: tuple[Edit, ...]
     manifest: Path | None = None  # the exercise.toml it comes from, named when an edit no longer matches
@@ -44,7 +47,7 @@ class WrongFix:
             count = source.count(edit.find)
             if count != 1:
                 raise OomLabError(
-                    f"Wrong fix {self.name!r}: its edit expects to find {edit.find!r} exactly once "
+                    f"{'Alternative' if not self.expect else 'Wrong fix'} {self.name!r}: its edit expects to find {edit.find!r} exactly once "
                     f"in {where}, found it {count} times.",
                     f"Update the edit in {self.manifest or 'exercise.toml'} to match the script.",
                 )
@@ -53,20 +56,30 @@ class WrongFix:
 
 
 @dataclass(frozen=True)
+class Interview:
+    question: str
+    answer: str  # a model answer, about two minutes spoken
+
+
+@dataclass(frozen=True)
 class Exercise:
     id: str
     title: str
+    module: str
     order: int
     step: str
     file: str
     budget_bytes: int
     alloc_conf: str
+    learner_settings: bool  # the script may set the allocator's settings itself: here that is the fix
     time_limit_s: float
     symptom: str
     summary: str
     hints: tuple[str, ...]
+    interview: Interview
     checks: dict[str, dict] = field(hash=False)
     wrong_fixes: tuple[WrongFix, ...]
+    alternatives: tuple[WrongFix, ...]  # other honest fixes, each verified to pass
     root: Path  # the course folder the learner works in
     manifest_path: Path  # the manifest read: the shipped one, whatever the learner's copy says
     solution_path: Path  # the reference fix: beside the exercises in a checkout, in the package otherwise
@@ -134,9 +147,21 @@ def _load(manifest: Path, root: Path, solutions: Path | None) -> Exercise:
     budget = _require(data, "budget_bytes", int, manifest)
     if budget <= 0:
         raise OomLabError(f"{manifest}: budget_bytes must be positive.", "Set the memory budget in bytes.")
+    module = _require(data, "module", str, manifest)
+    if module_named(module) is None:
+        names = ", ".join(m.name for m in MODULES)
+        raise OomLabError(f"{manifest}: module {module!r} is not one of {names}.", "Use one of those.")
     hints = _require(data, "hints", list, manifest)
-    if not hints or not all(isinstance(h, str) and h.strip() for h in hints):
-        raise OomLabError(f"{manifest}: hints must be a non-empty list of strings.", "Add at least one hint.")
+    if len(hints) != HINTS or not all(isinstance(h, str) and h.strip() for h in hints):
+        raise OomLabError(
+            f"{manifest}: hints must be a list of {HINTS} non-empty strings, found {len(hints)} entries.",
+            "Write three hints: a nudge, which tool to use and what to look at, what to change.",
+        )
+    interview = _require(data, "interview", dict, manifest)
+    question = _require(interview, "question", str, f"{manifest}: [interview]")
+    answer = _require(interview, "answer", str, f"{manifest}: [interview]")
+    if not question.strip() or not answer.strip():
+        raise OomLabError(f"{manifest}: [interview] needs a question and a model answer.", "Write both.")
 
     checks = _require(data, "checks", dict, manifest)
     for name, params in checks.items():
@@ -152,37 +177,53 @@ def _load(manifest: Path, root: Path, solutions: Path | None) -> Exercise:
             "Name the check the seeded bug fails.",
         )
 
-    wrong_fixes = []
-    for entry in data.get("wrong_fixes", []):
-        where = f"{manifest}: [[wrong_fixes]]"
-        expect = _require(entry, "expect", str, where)
-        if expect not in checks:
-            raise OomLabError(f"{where} expects check {expect!r}, which this exercise does not have.", "")
-        edits = tuple(
-            Edit(_require(e, "find", str, where), _require(e, "replace", str, where))
-            for e in _require(entry, "edits", list, where)
+    wrong_fixes = [_edit_fix(entry, manifest, "wrong_fixes", checks) for entry in data.get("wrong_fixes", [])]
+    if not wrong_fixes:
+        raise OomLabError(
+            f"{manifest}: no [[wrong_fixes]].", "Add at least one tempting fix the grader rejects, with the reason."
         )
-        if not edits:
-            raise OomLabError(f"{where} has no edits.", "A wrong fix changes the buggy script somehow.")
-        wrong_fixes.append(
-            WrongFix(_require(entry, "name", str, where), expect, _require(entry, "why", str, where), edits, manifest)
-        )
+    alternatives = [_edit_fix(entry, manifest, "alternatives", checks) for entry in data.get("alternatives", [])]
+    names = [f.name for f in (*wrong_fixes, *alternatives)]
+    if len(set(names)) != len(names):
+        raise OomLabError(f"{manifest}: two wrong fixes or alternatives share a name.", "Name each one differently.")
 
     return Exercise(
         id=ex_id,
         title=_require(data, "title", str, manifest),
+        module=module,
         order=_require(data, "order", int, manifest),
         step=step,
         file=_require(data, "file", str, manifest),
         budget_bytes=budget,
         alloc_conf=_require(data, "alloc_conf", str, manifest) if "alloc_conf" in data else "",
+        learner_settings=_require(data, "learner_settings", bool, manifest) if "learner_settings" in data else False,
         time_limit_s=_require(data, "time_limit_s", float, manifest),
         symptom=symptom,
         summary=" ".join(_require(data, "summary", str, manifest).split()),  # one paragraph, wrapped by whoever shows it
         hints=tuple(h.strip() for h in hints),
+        interview=Interview(" ".join(question.split()), answer.strip()),
         checks=checks,
         wrong_fixes=tuple(wrong_fixes),
+        alternatives=tuple(alternatives),
         root=root,
         manifest_path=manifest,
         solution_path=(solutions or root / "solutions") / ex_id / _require(data, "file", str, manifest),
     )
+
+
+def _edit_fix(entry: dict, manifest: Path, table: str, checks: dict) -> WrongFix:
+    """One ``[[wrong_fixes]]`` entry (which names the check that catches it) or ``[[alternatives]]`` entry (which must pass)."""
+    where = f"{manifest}: [[{table}]]"
+    expect = ""
+    if table == "wrong_fixes":
+        expect = _require(entry, "expect", str, where)
+        from oomlab.grading.checks import ALWAYS
+
+        if expect not in checks and expect not in ALWAYS:
+            raise OomLabError(f"{where} expects check {expect!r}, which this exercise does not have.", "")
+    edits = tuple(
+        Edit(_require(e, "find", str, where), _require(e, "replace", str, where)) for e in _require(entry, "edits", list, where)
+    )
+    if not edits:
+        raise OomLabError(f"{where} has no edits.", "A fix changes the buggy script somehow.")
+    return WrongFix(_require(entry, "name", str, where), expect, _require(entry, "why", str, where), edits, manifest)

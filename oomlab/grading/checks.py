@@ -38,7 +38,7 @@ class Check:
                 allowed = ", ".join(self.params) or "none"
                 raise OomLabError(f"{where}: unknown parameter {key!r}.", f"Allowed: {allowed}.")
             kind = self.params[key]
-            if not isinstance(value, (int, float) if kind is float else kind) or isinstance(value, bool):
+            if not isinstance(value, (int, float) if kind is float else kind) or (isinstance(value, bool) and kind is not bool):
                 raise OomLabError(f"{where}: {key} should be a {kind.__name__}, found {value!r}.", "")
 
     def evaluate(self, m: Measurement, ref: Measurement | None, params: dict) -> CheckResult:
@@ -55,14 +55,44 @@ def _stat(m: Measurement | None, key: str) -> int | None:
 class NoOom(Check):
     name = "no_oom"
     why = "The run has to fit the exercise's memory budget: an out-of-memory error ends a real training job."
+    params = {"caught_max": int}  # OOMs the script may catch and recover from, where recovering is the lesson
 
     def evaluate(self, m, ref, params):
-        if m.oom:
+        caught_max = params.get("caught_max", 0)
+        ooms = _stat(m, "ooms") or 0
+        threshold = "no OOM" if not caught_max else f"no OOM left uncaught, at most {caught_max} caught"
+        if m.status == "oom" or ooms > caught_max:
             where = f" at {m.where}" if m.where else ""
             first = first_line(m.message, None) or "CUDA out of memory"
-            caught = "" if m.status == "oom" else " (the script caught it and went on)"
-            return self.result(False, f"OOM{where}", "no OOM", f"{first}{caught}")
-        return self.result(True, "no OOM", "no OOM")
+            caught = "" if m.status == "oom" else f" (the script caught {ooms} and went on)"
+            return self.result(False, f"OOM{where}", threshold, f"{first}{caught}")
+        return self.result(True, f"{ooms} caught OOM(s)" if ooms else "no OOM", threshold)
+
+
+class Settings(Check):
+    name = "settings"
+    why = "The allocator's settings are part of the exercise: where the fix belongs in the code, a setting that hides the bug is not it."
+
+    def evaluate(self, m, ref, params):
+        wanted, free = params.get("alloc_conf", ""), params.get("learner_settings", False)
+        used = m.alloc_conf or "the defaults"
+        if "backend" in m.alloc_conf:
+            return self.result(
+                False,
+                used,
+                "the native caching allocator",
+                "The course grades the native caching allocator (its statistics and its budget); "
+                "another backend is not a fix of this script.",
+            )
+        if free or m.alloc_conf == wanted:
+            return self.result(True, used, "any setting" if free else wanted or "the defaults")
+        return self.result(
+            False,
+            used,
+            wanted or "the defaults",
+            f"The script sets the allocator's settings to {used!r}; this exercise runs with {wanted or 'the defaults'} "
+            "and wants the fix in the code. Allocator settings come last: find the structural fix first.",
+        )
 
 
 class Untampered(Check):
@@ -135,6 +165,7 @@ class Retries(Check):
 class SameWorkload(Check):
     name = "same_workload"
     why = "A memory fix must train the same model on the same data: less work is not a fix."
+    params = {"padded": bool}  # inputs may be padded to shape buckets: their element counts are not compared
 
     def evaluate(self, m, ref, params):
         w, r = m.workload or {}, ref.workload or {}
@@ -142,11 +173,19 @@ class SameWorkload(Check):
             return self.result(False, "n/a", "n/a", "The reference recorded no workload.")
         summary = f"{w.get('optimizer_steps', 0)} steps, {w.get('train_samples', 0):,} train + {w.get('inference_samples', 0):,} inference samples"
         threshold = f"{r['optimizer_steps']} steps, {r['train_samples']:,} train + {r['inference_samples']:,} inference samples"
-        return self.result(not (problems := workload_differences(w, r)), summary, threshold, " ".join(problems))
+        problems = workload_differences(w, r, padded=params.get("padded", False))
+        return self.result(not problems, summary, threshold, " ".join(problems))
 
 
-def workload_differences(w: dict, r: dict) -> list[str]:
-    """Each way ``w`` does less (or other) work than the reference ``r``, in words."""
+def workload_differences(w: dict, r: dict, padded: bool = False) -> list[str]:
+    """Each way ``w`` does less (or other) work than the reference ``r``, in words.
+
+    ``padded``: padding to a few shapes is a fix (or the seeded bug is the lack
+    of it), so the inputs' element counts are not compared; samples and steps
+    still are, and the results check tells padding that kept the maths from
+    truncation that did not.
+    """
+    differ = (lambda mine, theirs: False) if padded else (lambda mine, theirs: mine != theirs)
     problems = []
     if w.get("optimizer_steps", 0) != r["optimizer_steps"]:
         problems.append(
@@ -161,12 +200,12 @@ def workload_differences(w: dict, r: dict) -> list[str]:
                     "A smaller batch is not a fix: the exercise keeps the batch size fixed."
                 )
                 break
-    if w.get("train_elements", 0) != r["train_elements"] and not problems:
+    if differ(w.get("train_elements", 0), r["train_elements"]) and not problems:
         problems.append(
             f"Training inputs held {w.get('train_elements', 0):,} elements; the reference's hold {r['train_elements']:,}. "
             "Shorter or fewer sequences are not a fix."
         )
-    if (w.get("inference_samples", 0), w.get("inference_elements", 0)) != (r["inference_samples"], r["inference_elements"]):
+    if w.get("inference_samples", 0) != r["inference_samples"] or differ(w.get("inference_elements", 0), r["inference_elements"]):
         problems.append(
             f"Evaluation and other no-grad passes saw {w.get('inference_samples', 0):,} samples "
             f"({w.get('inference_elements', 0):,} elements); the reference sees {r['inference_samples']:,} "
@@ -180,22 +219,27 @@ def workload_differences(w: dict, r: dict) -> list[str]:
 
 class SameResults(Check):
     name = "same_results"
-    why = "A memory fix must not change what the model computes: same losses, same final weights, within tolerance."
+    why = (
+        "A memory fix must not change what the model computes: the same loss at every optimizer step, "
+        "the same final weights (or, for a worker that only serves, the same outputs), within tolerance."
+    )
     params = {"rtol": float, "atol": float}
 
     def evaluate(self, m, ref, params):
         rtol, atol = params.get("rtol", 1e-3), params.get("atol", 1e-5)
         w, r = m.workload or {}, ref.workload or {}
         threshold = f"rtol {rtol:g}"
+        close = lambda a, b: abs(a - b) <= atol + rtol * abs(b)  # noqa: E731 - numpy.isclose's rule
+        if not r.get("optimizer_steps") and "serving" in r:
+            return self._outputs(w, r, close, threshold)
         losses, ref_losses = w.get("losses", []), r.get("losses", [])
         if len(losses) != len(ref_losses):
             return self.result(
                 False,
-                f"{len(losses)} losses",
-                f"{len(ref_losses)} losses",
-                f"backward() ran {len(losses)} times on a scalar loss; the reference runs it {len(ref_losses)} times.",
+                f"{len(losses)} optimizer steps",
+                f"{len(ref_losses)} optimizer steps",
+                f"The optimizer stepped {len(losses)} times; the reference steps {len(ref_losses)} times.",
             )
-        close = lambda a, b: abs(a - b) <= atol + rtol * abs(b)  # noqa: E731 - numpy.isclose's rule
         worst = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses, strict=True)), default=0.0)
         off = [i for i, (a, b) in enumerate(zip(losses, ref_losses, strict=True)) if not close(a, b)]
         if off:
@@ -204,8 +248,9 @@ class SameResults(Check):
                 False,
                 f"loss off by {worst:.1e}",
                 threshold,
-                f"At step {step + 1} the loss is {losses[step]:.6g}; the reference's is {ref_losses[step]:.6g}. "
-                "The change altered what the model computes.",
+                f"At optimizer step {step + 1} the loss backpropagated is {losses[step]:.6g}; the reference's is "
+                f"{ref_losses[step]:.6g}. The change altered what the optimizer sees. (Losses are summed per optimizer "
+                "step: micro-batches whose losses are divided by their number add up to the whole batch's.)",
             )
         for key, label in (("weights_sum", "sum"), ("weights_norm", "norm")):
             mine, theirs = w.get(key), r.get(key)
@@ -218,23 +263,90 @@ class SameResults(Check):
                 )
         return self.result(True, f"max loss diff {worst:.1e}", threshold)
 
+    def _outputs(self, w, r, close, threshold):
+        sums, ref_sums = (w.get("serving") or {}).get("output_sums", []), r["serving"]["output_sums"]
+        if len(sums) != len(ref_sums):
+            return self.result(
+                False, f"{len(sums)} outputs", f"{len(ref_sums)} outputs", "The worker answered a different number of requests."
+            )
+        off = [i for i, (a, b) in enumerate(zip(sums, ref_sums, strict=True)) if not close(a, b)]
+        if off:
+            i = off[0]
+            return self.result(
+                False,
+                f"{len(off)} outputs differ",
+                threshold,
+                f"The output of request {i + 1} sums to {sums[i]:.6g}; the reference's to {ref_sums[i]:.6g}. "
+                "The change altered what the worker answers.",
+            )
+        return self.result(True, f"{len(sums)} outputs equal", threshold)
+
+
+class BackwardPerStep(Check):
+    name = "backward_per_step"
+    why = "Micro-batching trades speed for memory: once the structural fixes are in, the batch should fit in one pass."
+    params = {"max": int}
+
+    def evaluate(self, m, ref, params):
+        limit = params.get("max", 1)
+        counts = (m.workload or {}).get("backward_per_step") or [0]
+        most = max(counts)
+        detail = (
+            f"Some optimizer steps ran backward() {most} times: the batch is split into micro-batches, a "
+            "hyperparameter-level change that trades speed for memory. Find the structural fix first; once it is "
+            "in, the whole batch fits in one pass (hyperparameters last)."
+        )
+        return self.result(most <= limit, f"{most} per step", f"<= {limit} per step", detail)
+
+
+class Plateau(Check):
+    name = "plateau"
+    why = "A long-lived worker must reach a steady state: memory that still grows after warm-up runs out one day."
+    params = {"warmup": float, "slack_mib": float}
+
+    def evaluate(self, m, ref, params):
+        serving = (m.workload or {}).get("serving") or {}
+        reserved, stranded = serving.get("reserved", []), serving.get("inactive_split", [])
+        warmup, slack = params.get("warmup", 0.5), params.get("slack_mib", 32) * MIB
+        cut = int(len(reserved) * warmup)
+        if cut < 1 or cut >= len(reserved):
+            return self.result(
+                False, f"{len(reserved)} requests", "requests after warm-up", "Too few requests were served to judge."
+            )
+        growth = {
+            "reserved": max(reserved[cut:]) - max(reserved[:cut]),
+            "non-releasable": max(stranded[cut:]) - max(stranded[:cut]),
+        }
+        measured = ", ".join(f"{name} {'+' if g >= 0 else ''}{format_bytes(g)}" for name, g in growth.items())
+        grew = [f"{name} memory grew by {format_bytes(g)}" for name, g in growth.items() if g > slack]
+        threshold = f"growth <= {format_bytes(slack)} after the first {warmup:.0%} of {len(reserved)} requests"
+        detail = "After warm-up " + " and ".join(grew) + ": the worker has no steady state yet."
+        return self.result(not grew, measured, threshold, detail)
+
 
 CHECKS: dict[str, Check] = {
     c.name: c
     for c in (
         NoOom(),
         Untampered(),
+        Settings(),
         PEAK_ALLOCATED,
         PEAK_RESERVED,
         INACTIVE_SPLIT_PEAK,
         Retries(),
         SameWorkload(),
         SameResults(),
+        BackwardPerStep(),
+        Plateau(),
     )
 }
-ALWAYS = ("untampered",)  # every exercise gets these, whatever its manifest says
+ALWAYS = ("untampered", "settings")  # every exercise gets these, whatever its manifest says
 
 
-def run_checks(checks: dict[str, dict], m: Measurement, ref: Measurement | None) -> list[CheckResult]:
+def run_checks(
+    checks: dict[str, dict], m: Measurement, ref: Measurement | None, settings: dict | None = None
+) -> list[CheckResult]:
+    """Every check of the exercise and :data:`ALWAYS`; ``settings`` are the exercise's allocator settings, for ``settings``."""
+    params = {**checks, "settings": settings or {}}
     names = list(ALWAYS) + [n for n in checks if n not in ALWAYS]
-    return [CHECKS[name].evaluate(m, ref, checks.get(name, {})) for name in names]
+    return [CHECKS[name].evaluate(m, ref, params.get(name, {})) for name in names]

@@ -15,7 +15,7 @@ import datetime
 import time
 from collections.abc import Callable
 
-from oomlab.grading.truth import FIGURES, fingerprint, run_all, variants
+from oomlab.grading.truth import FIGURES, fingerprint, run_all, variants, verify_report
 from oomlab.measure.harness import Measurement
 
 SHOWN = ("status", "oom", *FIGURES)
@@ -50,8 +50,12 @@ def _row(exercise: str, name: str, kind: str, fresh: Measurement, forked: Measur
     return row
 
 
-def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> dict:
-    """Every run of the course, fresh and forked, side by side: the report ``equivalence.json`` holds."""
+def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> tuple[dict, dict]:
+    """Every run of the course, fresh and forked, side by side: the report ``equivalence.json`` holds.
+
+    Also returns the truth check's report (``verify.json``) of the forked runs, the same runs
+    ``oomlab dev verify`` makes, so that one sitting can write both.
+    """
     exercises = list(exercises)
     runs = [v for ex in exercises for v in variants(ex)]
     walls = {}
@@ -69,6 +73,7 @@ def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int =
                 verdicts = (fresh_row["verdict"], forked_row["verdict"])
                 rows.append(_row(ex.id, v.name, v.kind, fresh.measurement, forked.measurement, verdicts))
     ref = fresh_refs[exercises[0].id] if exercises else None
+    verified = verify_report(exercises, runs, forked_refs, forked_runs, jobs, False, walls["forked"])
     return {
         "gpu": ref.gpu if ref else None,
         "torch": ref.torch if ref else None,
@@ -80,4 +85,4 @@ def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int =
         "forked_wall_s": walls["forked"],
         "all_equal": all(r["equal"] for r in rows),
         "rows": rows,
-    }
+    }, verified

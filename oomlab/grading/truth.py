@@ -7,6 +7,7 @@ must show:
   must pass every check *and* repeat that measurement's figures exactly;
 - ``bug``: the script as shipped must fail the check its manifest names as the symptom;
 - each tempting **wrong fix** (an edit of the bug) must fail the check it names;
+- each accepted **alternative** (another honest fix, an edit of the bug) must pass every check;
 - each generic **cheat** (:mod:`oomlab.grading.cheats`) must fail one of the checks that catch it.
 
 ``oomlab dev verify`` (which writes ``course/measurements/verify.json``) and
@@ -32,6 +33,7 @@ from oomlab.grading.cheats import CHEATS, WRAPPED
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.verdict import Report, grade
 from oomlab.measure import MEASURING_CODE, digest, warm
+from oomlab.measure.declared import declared_alloc_conf
 from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, child_env
 from oomlab.measure.machine import machine_error
 from oomlab.oom import first_line
@@ -48,7 +50,7 @@ class Variant:
     """One run of the truth check: a script made from the exercise, and what it must show."""
 
     exercise: Exercise
-    kind: str  # "solution", "bug", "wrong-fix" or "cheat"
+    kind: str  # "solution", "bug", "wrong-fix", "alternative" or "cheat"
     name: str
     expect: frozenset[str]  # checks of which at least one must fail; empty: every check must pass
     make: Callable[[str, str], str] | None = None  # (bug, solution) -> source; None for the solution itself
@@ -79,8 +81,14 @@ def variants(ex: Exercise) -> list[Variant]:
     ]
     for fix in ex.wrong_fixes:
         runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, fix=fix: fix.apply(bug)))
+    for alt in ex.alternatives:
+        runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, alt=alt: alt.apply(bug)))
+    bug = shipped_source(ex)
     for cheat in CHEATS:
-        runs.append(Variant(ex, "cheat", cheat.name, cheat.caught_by, cheat.make, cheat.wraps_the_bug))
+        caught_by = cheat.caught_by
+        if cheat.wraps_the_bug or bug in cheat.make(bug, ""):  # the bug still runs inside it: its symptom catches it too
+            caught_by = caught_by | {ex.symptom}
+        runs.append(Variant(ex, "cheat", cheat.name, caught_by, cheat.make, cheat.wraps_the_bug))
     return runs
 
 
@@ -164,10 +172,16 @@ def exercise_row(ex: Exercise, ref: Measurement, rows: list[dict]) -> dict:
         "solution": by_kind("solution")[0],
         "buggy": by_kind("bug")[0],
         "wrong_fixes": by_kind("wrong-fix"),
+        "alternatives": by_kind("alternative"),
         "cheats": by_kind("cheat"),
     }
     row["repeatable"] = row["solution"]["repeatable"]
     return row
+
+
+def declared_conf(variant: Variant) -> str | None:
+    """The allocator settings a variant's script sets for itself (a server with them forks its runs)."""
+    return declared_alloc_conf(variant.script().read_text(encoding="utf-8"))
 
 
 def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False):
@@ -193,9 +207,9 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
         else:
             note("starting the warm measuring servers (importing torch once)")
             for root in roots:
-                servers = stack.enter_context(
-                    warm.serving(root, [ex.alloc_conf for ex in exercises if ex.root == root], child_env)
-                )
+                confs = [ex.alloc_conf for ex in exercises if ex.root == root]
+                confs += [conf for v in runs if v.exercise.root == root and (conf := declared_conf(v)) is not None]
+                servers = stack.enter_context(warm.serving(root, confs, child_env))
                 for server in servers:
                     server.wait_ready()
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, jobs)))  # threads wait on child processes
@@ -206,15 +220,20 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
 
 
 def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False) -> dict:
-    """The whole course's truth check, as the report ``verify.json`` holds it.
-
-    The report is assembled in course order whatever order the runs end in, so
-    it reads the same for any ``jobs``.
-    """
+    """The whole course's truth check, as the report ``verify.json`` holds it."""
     start = time.perf_counter()
     exercises = list(exercises)
     runs = [v for ex in exercises for v in variants(ex)]
     refs, measured = run_all(runs, note, jobs, fresh)
+    return verify_report(exercises, runs, refs, measured, jobs, fresh, time.perf_counter() - start)
+
+
+def verify_report(exercises, runs, refs, measured, jobs: int, fresh: bool, wall_s: float) -> dict:
+    """The report of :func:`verify` from runs already measured (``oomlab dev equivalence`` writes it from its forked half).
+
+    The report is assembled in course order whatever order the runs end in, so
+    it reads the same for any ``jobs``.
+    """
     rows = [row for row, _ in measured]
     report_rows = [
         exercise_row(ex, refs[ex.id], [row for v, row in zip(runs, rows, strict=True) if v.exercise is ex]) for ex in exercises
@@ -229,7 +248,7 @@ def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 
         "jobs": jobs,
         "runner": "fresh" if fresh else "forked",
         "runs": len(runs) + len(exercises),
-        "wall_s": round(time.perf_counter() - start, 1),
+        "wall_s": round(wall_s, 1),
         "exercises": report_rows,
     }
     report["ok"] = all(r["as_expected"] for row in report_rows for r in all_runs(row))
@@ -238,4 +257,4 @@ def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 
 
 def all_runs(row: dict) -> list[dict]:
     """Every run of one exercise's report row."""
-    return [row["solution"], row["buggy"], *row.get("wrong_fixes", []), *row.get("cheats", [])]
+    return [row["solution"], row["buggy"], *row.get("wrong_fixes", []), *row.get("alternatives", []), *row.get("cheats", [])]

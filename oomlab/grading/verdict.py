@@ -41,4 +41,5 @@ def grade(exercise: Exercise, script: Path, reference: Measurement | None = None
     ref = reference or reference_for(exercise, m.gpu, m.torch)
     if ref.status in MACHINE_PROBLEMS:
         raise machine_error(ref, exercise)
-    return Report(exercise, m, ref, run_checks(exercise.checks, m, ref))
+    settings = {"alloc_conf": exercise.alloc_conf, "learner_settings": exercise.learner_settings}
+    return Report(exercise, m, ref, run_checks(exercise.checks, m, ref, settings))

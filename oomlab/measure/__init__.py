@@ -8,6 +8,7 @@
   run costs its workload and not the imports; :mod:`~oomlab.measure.warm` starts,
   finds and asks such servers;
 - :mod:`~oomlab.measure.stats` names the allocator figures read;
+- :mod:`~oomlab.measure.declared` reads the allocator settings a script sets for itself;
 - :mod:`~oomlab.measure.machine` says what this machine can measure (``oomlab doctor``)
   and explains a measurement the machine, not the script, stopped.
 """
@@ -25,6 +26,7 @@ MEASURING_CODE = (
     _HERE / "server.py",
     _HERE / "warm.py",
     _HERE / "stats.py",
+    _HERE / "declared.py",
     _HERE.parent / "oom.py",
     _HERE.parent / "frames.py",
 )

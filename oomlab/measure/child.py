@@ -126,7 +126,7 @@ def run(spec: dict, result: dict) -> None:
 
     tamper: list[str] = []
     stats = install_guards(torch, tamper) if cuda else None
-    observer = WorkloadObserver(torch)
+    observer = WorkloadObserver(torch, stats if spec.get("serving") else None)
     observer.install()
     conf_before = {k: os.environ.get(k) for k in ALLOC_CONF_VARS}
 
@@ -278,19 +278,35 @@ class WorkloadObserver:
     A forward call counts when it is the outermost call of a module with
     parameters (the model, not its layers). It is a training forward when the
     module is in training mode with autograd on, else an inference forward
-    (evaluation, feature extraction).
+    (evaluation, feature extraction, serving).
+
+    Results are judged by what the optimizer saw: the loss of an optimizer step
+    is the sum of the scalar losses whose ``backward()`` ran since the previous
+    step, so a batch split into micro-batches (each loss divided by their
+    number) has the loss of the whole batch, however many times backward ran.
+
+    ``stats`` (a serving run): after every inference forward, the allocator's
+    reserved and non-releasable bytes and the output's sum (float64) are kept,
+    so that memory over uptime and the results of a worker with no optimizer
+    can be judged.
     """
 
-    def __init__(self, torch):
+    def __init__(self, torch, stats=None):
         self.torch = torch
+        self.stats = stats
         self.depth = 0
         self.pending = 0
         self.samples_per_step: list[int] = []
         self.forward = {"train": [0, 0, 0], "inference": [0, 0, 0]}  # calls, samples, elements
         self.devices: set[str] = set()
-        self.losses: list[float] = []
+        self.step_loss = 0.0  # the losses backpropagated since the last optimizer step
+        self.step_backwards = 0
+        self.losses: list[float] = []  # one per optimizer step
+        self.backward_per_step: list[int] = []
         self.backward_calls = 0
         self.optimizers: list = []
+        self.inference_now = False
+        self.serving: dict[str, list] = {"reserved": [], "inactive_split": [], "output_sums": []}
 
     def install(self) -> None:
         torch = self.torch
@@ -303,8 +319,9 @@ class WorkloadObserver:
 
         def backward(tensors, *args, **kwargs):
             self.backward_calls += 1
+            self.step_backwards += 1
             if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-                self.losses.append(float(tensors.detach()))
+                self.step_loss += float(tensors.detach())
             return original(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
@@ -323,15 +340,29 @@ class WorkloadObserver:
         tally[0] += 1
         tally[1] += samples
         tally[2] += elements
+        self.inference_now = not training
         if training:
             self.pending += samples
 
     def _post(self, module, args, output):
         self.depth -= 1
+        if self.depth == 0 and self.inference_now and self.stats is not None:
+            self.inference_now = False
+            tensor = output if isinstance(output, self.torch.Tensor) else None
+            if isinstance(output, (tuple, list)):
+                tensor = next((o for o in output if isinstance(o, self.torch.Tensor)), None)
+            if tensor is not None and tensor.is_floating_point():
+                with self.torch.no_grad():
+                    self.serving["output_sums"].append(float(tensor.detach().sum(dtype=self.torch.float64)))
+            figures = read_figures(self.stats())
+            self.serving["reserved"].append(figures["reserved_final"])
+            self.serving["inactive_split"].append(figures["inactive_split_final"])
 
     def _step(self, optimizer, args, kwargs):
         self.samples_per_step.append(self.pending)
-        self.pending = 0
+        self.losses.append(self.step_loss)
+        self.backward_per_step.append(self.step_backwards)
+        self.pending, self.step_loss, self.step_backwards = 0, 0.0, 0
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
 
@@ -345,7 +376,7 @@ class WorkloadObserver:
                         params.append(p)
         # Summed on the host in float64: no GPU allocation, no rounding from the order of sums.
         host = [p.detach().cpu().double() for p in params]
-        return {
+        summary = {
             "optimizer_steps": len(self.samples_per_step),
             "samples_per_step": self.samples_per_step,
             "train_forwards": self.forward["train"][0],
@@ -356,11 +387,15 @@ class WorkloadObserver:
             "inference_elements": self.forward["inference"][2],
             "devices": sorted(self.devices),
             "backward_calls": self.backward_calls,
+            "backward_per_step": self.backward_per_step,
             "losses": self.losses,
             "param_count": sum(p.numel() for p in params),
             "weights_sum": float(sum(t.sum() for t in host)) if host else None,
             "weights_norm": float(sum((t * t).sum() for t in host)) ** 0.5 if host else None,
         }
+        if self.stats is not None:
+            summary["serving"] = self.serving
+        return summary
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oomlab.measure import warm
+from oomlab.measure.declared import declared_alloc_conf
 from oomlab.measure.stats import ALLOC_CONF_VARS
 from oomlab.oom import first_line
 
@@ -46,7 +47,9 @@ class Measurement:
     stats: dict | None = None
     workload: dict | None = None
     tamper: list = field(default_factory=list)
-    alloc_conf_changed: list = field(default_factory=list)
+    alloc_conf: str = ""  # the allocator settings the run started with
+    alloc_conf_declared: bool = False  # the script set them itself, at its top (see oomlab.measure.declared)
+    alloc_conf_changed: list = field(default_factory=list)  # set too late, so without effect
     wall_s: float | None = None  # the script itself
     process_s: float | None = None
     runner: str = ""  # "fresh": a new process; "forked": a child of a warm server
@@ -99,9 +102,8 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def check_syntax(script: Path) -> Measurement | None:
+def check_syntax(script: Path, source: str) -> Measurement | None:
     """A syntax error needs no GPU to find: report it before starting anything."""
-    source = script.read_text(encoding="utf-8", errors="replace")
     try:
         compile(source, str(script), "exec")
     except SyntaxError as err:
@@ -141,6 +143,7 @@ def measure(
     tool: dict | None = None,
     course_root: Path | None = None,
     server: warm.WarmServer | None = None,
+    serving: bool = False,
 ) -> Measurement:
     """Run ``script`` once under the budget in a fresh process and measure it.
 
@@ -153,13 +156,21 @@ def measure(
     (:mod:`oomlab.measure.warm`) kept for it with the same allocator settings
     forks the run. ``server`` names the server outright. Where none can take
     the run, a fresh process measures it and the result's ``runner_note`` says why.
+    A script that sets its own allocator settings at its top runs with them
+    instead of ``alloc_conf``, as it would under ``python``.
+    ``serving`` samples the allocator after every inference forward and sums
+    each one's output, for the checks of a long-lived inference worker.
     """
     script = Path(script).resolve()
     if not script.is_file():
         return Measurement(script=str(script), status="missing", message=f"{script} does not exist")
-    if failed := check_syntax(script):
+    source = script.read_text(encoding="utf-8", errors="replace")
+    if failed := check_syntax(script, source):
         failed.budget_bytes = budget_bytes
         return failed
+    declared = declared_alloc_conf(source)
+    if declared is not None:
+        alloc_conf = declared
 
     with tempfile.TemporaryDirectory(prefix="oomlab-") as tmp:
         tmp = Path(tmp)
@@ -171,6 +182,7 @@ def measure(
             "require_cuda": require_cuda,
             "result_path": str(tmp / "result.json"),
             "tool": tool,
+            "serving": serving,
         }
         (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         run = {
@@ -196,6 +208,7 @@ def measure(
         result = collect(tmp, ended, time_limit_s)
 
     m = Measurement.from_json({**result, "script": str(script), "budget_bytes": budget_bytes})
+    m.alloc_conf, m.alloc_conf_declared = alloc_conf, declared is not None
     m.process_s = ended["process_s"]
     m.runner, m.runner_note = runner, note
     return m
@@ -252,4 +265,5 @@ def measure_exercise_file(exercise, script: Path) -> Measurement:
         alloc_conf=exercise.alloc_conf,
         time_limit_s=exercise.time_limit_s,
         course_root=exercise.root,
+        serving="plateau" in exercise.checks,
     )

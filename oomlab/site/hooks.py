@@ -37,6 +37,7 @@ if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders
     sys.path.insert(0, str(_ROOT))
 
 from oomlab.course.manifest import STEP_NAMES, Exercise  # noqa: E402
+from oomlab.course.modules import MODULES  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
 from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
@@ -557,6 +558,8 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
     md += measurement_section(ex)
     md += figure_section(ex)
     md += wrong_fix_section(ex)
+    md += alternatives_section(ex)
+    md += interview_section(ex)
     return FRONT_MATTER + "\n".join(md) + "\n"
 
 
@@ -663,6 +666,31 @@ def wrong_fix_section(ex: Exercise) -> list[str]:
     return md
 
 
+def alternatives_section(ex: Exercise) -> list[str]:
+    """The other honest fixes the grader accepts, each with whether the course measured it passing."""
+    if not ex.alternatives:
+        return []
+    row = measured(ex.id) or {}
+    runs = {f.get("name"): f for f in row.get("alternatives") or []}
+    md = ["## Other fixes the grader accepts", "", "Each is an edit of the buggy script that the course measures passing.", ""]
+    for alt in ex.alternatives:
+        run = runs.get(alt.name)
+        result = f" Measured: {'passes' if run.get('verdict') == 'pass' else 'does NOT pass'}." if run else ""
+        md += [f'??? success "`{alt.name}`"', "", f"    {prose(alt.why)}{result}", ""]
+        for edit in alt.edits:
+            md += ["    " + line if line else "" for line in fence(edit_diff(edit), "diff").split("\n")]
+            md.append("")
+    return md
+
+
+def interview_section(ex: Exercise) -> list[str]:
+    """The exercise's interview question, its model answer folded until asked for."""
+    answer = "\n\n".join(prose(p) for p in ex.interview.answer.split("\n\n") if p.strip())
+    md = ["## In an interview", "", f"> {prose(ex.interview.question)}", "", '??? question "A model answer (about two minutes)"', ""]
+    md += ["    " + line if line else "" for line in answer.split("\n")]
+    return md + [""]
+
+
 def measurements_page() -> str:
     report = _state["report"]
     md = [FRONT_MATTER + "# Measurements", ""]
@@ -730,7 +758,16 @@ def equivalence_section(report: dict | None) -> list[str]:
         "",
     ]
     if differ:
-        md += ['!!! warning "Runs that differ"', "", "    " + cell(", ".join(differ)) + ".", ""]
+        verdicts = [r for r in report["rows"] if r["fresh"]["verdict"] != r["forked"]["verdict"]]
+        same = "none of them got another verdict" if not verdicts else f"{len(verdicts)} got another verdict"
+        md += [
+            '!!! warning "Runs that differ"',
+            "",
+            "    "
+            + cell(", ".join(differ))
+            + f": in a figure, the final state or the workload's last bits; {same}.",
+            "",
+        ]
     return md
 
 
@@ -849,7 +886,11 @@ def on_config(config):
     if _state["report_problem"]:
         log.info(_state["report_problem"])
 
-    entries = [{ex.title: page_uri(ex)} for ex in _state["exercises"]]
+    entries = [
+        {module.title: [{ex.title: page_uri(ex)} for ex in _state["exercises"] if ex.module == module.name]}
+        for module in MODULES
+        if any(ex.module == module.name for ex in _state["exercises"])
+    ]
     nav = config.nav
     if nav is not None:
         slot = next((item for item in nav if isinstance(item, dict) and "Exercises" in item), None)

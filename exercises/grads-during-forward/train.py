@@ -1,0 +1,46 @@
+"""Train a deep, wide MLP classifier with AdamW.
+
+The model is large and the batch is modest, so most of the memory is the model's
+own: weights, and what training adds to them. The first step runs; the second
+dies with CUDA out of memory in the middle of the forward pass, on a layer that
+is no bigger than it was a step earlier. Work out what is on the GPU at that
+moment and which of it need not be, and fix the script so that it fits, without
+changing what it trains.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = "cuda"
+d_in, d_hidden, n_layers, n_classes = 1024, 4096, 18, 100
+batch_size, steps = 2048, 20
+
+torch.manual_seed(0)
+teacher = torch.randn(d_in, n_classes, device=device)  # labels come from a fixed random teacher
+
+
+def get_batch(gen):
+    x = torch.randn(batch_size, d_in, device=device, generator=gen)
+    return x, (x @ teacher).argmax(dim=1)
+
+
+layers = [nn.Linear(d_in, d_hidden), nn.GELU()]
+for _ in range(n_layers - 2):
+    layers += [nn.Linear(d_hidden, d_hidden), nn.GELU()]
+layers.append(nn.Linear(d_hidden, n_classes))
+model = nn.Sequential(*layers).to(device)
+n_params = sum(p.numel() for p in model.parameters())
+print(f"{n_params / 1e6:.1f}M parameters, {n_params * 4 / 2**20:.0f} MiB of fp32 weights")
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+
+gen = torch.Generator(device=device).manual_seed(0)
+for step in range(1, steps + 1):
+    x, y = get_batch(gen)
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    if step == 1 or step % 5 == 0:
+        print(f"step {step:3d}  loss {loss.item():.4f}")
