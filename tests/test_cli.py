@@ -45,6 +45,13 @@ def learner_file(root: Path, ex_id: str = "eval-graphs") -> Path:
     return root / "exercises" / ex_id / "train.py"
 
 
+def ids(root: Path) -> list[str]:
+    """The course's exercises in teaching order, as `oomlab list` numbers them."""
+    from oomlab.course import Course
+
+    return [e.id for e in Course(root).exercises]
+
+
 def test_help(root):
     rc, out = oomlab(root, "--help")
     assert rc == 0
@@ -53,35 +60,55 @@ def test_help(root):
 
 
 def test_no_arguments_shows_progress_and_what_to_do(root):
+    first, second, *_ = every = ids(root)
     rc, out = oomlab(root)
     assert rc == 0
-    assert "0/3 exercises passed" in out
-    assert "Now: feature-cache" in out
-    assert "oomlab run feature-cache" in out
+    assert f"0/{len(every)} exercises passed" in out
+    assert f"Now: {first}" in out
+    assert f"oomlab run {first}" in out
     # Once the first one passes, the second is the current one.
     state = root / ".oomlab" / "state.json"
-    state.write_text(json.dumps({"passed": {"feature-cache": "2025-01-01T00:00:00"}, "hints": {}}))
+    state.write_text(json.dumps({"passed": {first: "2025-01-01T00:00:00"}, "hints": {}}))
     rc, out = oomlab(root)
     assert rc == 0
-    assert "1/3 exercises passed" in out
-    assert "Now: eval-graphs" in out and "oomlab run eval-graphs" in out
+    assert f"1/{len(every)} exercises passed" in out
+    assert f"Now: {second}" in out and f"oomlab run {second}" in out
 
 
 def test_list(root):
+    from oomlab.course.modules import MODULES
+
+    every = ids(root)
     rc, out = oomlab(root, "list")
     assert rc == 0
-    assert re.search(r"1 feature-cache .* current", out)
-    assert re.search(r"2 eval-graphs .* to do", out)
-    assert "3 one-hot-peak" in out
+    assert re.search(rf"1 {every[0]} .* current", out)
+    assert re.search(rf"2 {every[1]} .* to do", out)
+    assert f"{every.index('one-hot-peak') + 1} one-hot-peak" in out
     assert "1.00 GiB" in out  # eval-graphs' budget
+    # Grouped by module, in the modules' order.
+    shown = [out.index(m.title) for m in MODULES if m.title in out]
+    assert len(shown) >= 4 and shown == sorted(shown)
+    assert out.index("Step 2: hunt dangling references") < out.index("eval-graphs") < out.index("Step 3: profile the peak")
 
 
 def test_hint_advances(root):
+    ex_id = ids(root)[0]
     rc, first = oomlab(root, "hint", "1")
-    assert rc == 0 and "Hint 1 of 3 for feature-cache" in first
+    assert rc == 0 and f"Hint 1 of 3 for {ex_id}" in first
     assert "again for the next" in first
     rc, second = oomlab(root, "hint", "1")
-    assert rc == 0 and "Hint 2 of 3 for feature-cache" in second
+    assert rc == 0 and f"Hint 2 of 3 for {ex_id}" in second
+
+
+def test_interview_asks_first_and_answers_on_request(root):
+    from oomlab.course import Course
+
+    ex = Course(root).get("eval-graphs")
+    rc, out = oomlab(root, "interview", "eval-graphs")
+    assert rc == 0 and ex.interview.question[:40] in " ".join(out.split())
+    assert "--answer" in out and ex.interview.answer.split()[0] not in out.split("Answer it aloud")[0].split("Interview")[0]
+    rc, out = oomlab(root, "interview", "eval-graphs", "--answer")
+    assert rc == 0 and " ".join(ex.interview.answer.split()[:8]) in " ".join(out.replace("│", " ").split())
 
 
 def test_unknown_exercise(root):
@@ -154,18 +181,19 @@ def test_solution_opens_only_once_passed(root):
 
 
 def test_a_malformed_manifest_blocks_only_its_own_exercise(root):
+    n = len(ids(root))  # the broken one is numbered after the rest
     path = root / "exercises" / "one-hot-peak" / "exercise.toml"
-    path.write_text(path.read_text().replace("order = 3", "order = = 3"))
+    path.write_text(path.read_text().replace("order = 12", "order = = 12"))
     rc, out = oomlab(root, "list")
     assert rc == 0
-    assert re.search(r"3 one-hot-peak exercises/one-hot-peak/exercise.toml is not valid TOML.* broken", out), out
+    assert re.search(rf"{n} one-hot-peak exercises/one-hot-peak/exercise.toml is not valid TOML.* broken", out), out
     rc, out = oomlab(root)
-    assert rc == 0 and "0/3 exercises passed" in out
-    assert "3. one-hot-peak broken: exercises/one-hot-peak/exercise.toml is not valid TOML" in out
+    assert rc == 0 and f"0/{n} exercises passed" in out
+    assert f"{n}. one-hot-peak broken: exercises/one-hot-peak/exercise.toml is not valid TOML" in out
     for command in ("hint", "reset", "run", "check", "solution"):
         rc, out = oomlab(root, command, "one-hot-peak")
         assert rc == 2 and f"{path} is not valid TOML" in out, (command, out)
-    rc, out = oomlab(root, "hint", "3")  # by its number in `oomlab list`, too
+    rc, out = oomlab(root, "hint", str(n))  # by its number in `oomlab list`, too
     assert rc == 2 and f"{path} is not valid TOML" in out
     rc, out = oomlab(root, "hint", "eval-graphs")
     assert rc == 0 and "Hint 1 of 3 for eval-graphs" in out
@@ -181,7 +209,7 @@ def test_doctor_without_a_gpu(root):
     rc, out = oomlab(root, "doctor")
     assert rc == 1
     assert "FAIL" in out
-    assert f"{root}: 3 exercises, every manifest valid" in out
+    assert f"{root}: {len(ids(root))} exercises, every manifest valid" in out
     if not has_nvidia_driver():
         assert "no NVIDIA GPU on this machine" in out and "install a CUDA build" not in out
     else:
@@ -221,12 +249,13 @@ def test_doctor_with_a_driver_and_a_cpu_only_torch_says_to_install_a_cuda_build(
 
 
 def test_watch_checks_once_and_says_what_it_watches(root):
-    path = learner_file(root, "feature-cache")
+    first = ids(root)[0]  # watch follows the current exercise
+    path = learner_file(root, first)
     path.write_text("for i in range(3)\n    pass\n")
     rc, out = oomlab(root, "watch", "--max-checks", "1", "--interval", "0.1")
     assert rc == 0
-    assert "Syntax error" in out and "feature-cache does not pass yet" in out
-    assert "Watching exercises/feature-cache/train.py" in out
+    assert "Syntax error" in out and f"{first} does not pass yet" in out
+    assert f"Watching exercises/{first}/train.py" in out
     assert path.read_text() == "for i in range(3)\n    pass\n"
     from oomlab.measure.machine import has_nvidia_driver
 
@@ -268,11 +297,11 @@ def test_an_unwritable_state_folder_is_a_clear_error_naming_the_path(root):
 
 def test_the_progress_bar_has_a_line_of_its_own(root):
     (root / ".oomlab").mkdir()
-    (root / ".oomlab" / "state.json").write_text(json.dumps({"passed": {"feature-cache": "2025-01-01T00:00:00"}}))
+    (root / ".oomlab" / "state.json").write_text(json.dumps({"passed": {ids(root)[0]: "2025-01-01T00:00:00"}}))
     rc, out = oomlab(root, columns=80, raw=True)
     assert rc == 0
     lines = out.splitlines()
-    bar = next(i for i, line in enumerate(lines) if "1/3 exercises passed" in line)
+    bar = next(i for i, line in enumerate(lines) if f"1/{len(ids(root))} exercises passed" in line)
     assert "━" in lines[bar] and lines[bar + 1].strip() == ""  # the bar, its label, then a blank line
     assert lines[bar + 2].lstrip().startswith("✓ 1.")
 

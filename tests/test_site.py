@@ -39,7 +39,8 @@ def normalize(text: str) -> str:
 
 
 def first_words(text: str, n: int = 6) -> str:
-    return " ".join(text.split()[:n])
+    """The first words of manifest text as a page shows it (backticks become code formatting)."""
+    return " ".join(text.replace("`", "").split()[:n])
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,10 @@ def test_exercise_page_does_not_show_the_solution(site, course, ex_id):
     text = text_of(exercise_page(site, ex.id))
     buggy = {normalize(line) for line in ex.learner_path.read_text(encoding="utf-8").splitlines()}
     fixed = {normalize(line) for line in ex.solution_path.read_text(encoding="utf-8").splitlines()}
-    spoilers = [line for line in fixed - buggy if len(line) >= 16 and line in text]
+    # The accepted alternatives are shown on purpose, folded under their own heading; a line they share
+    # with the reference fix is theirs to show.
+    shown = {normalize(line) for alt in ex.alternatives for edit in alt.edits for line in edit.replace.splitlines()}
+    spoilers = [line for line in fixed - buggy - shown if len(line) >= 16 and line in text]
     assert not spoilers, f"the page of {ex.id} shows lines of the reference fix: {spoilers}"
 
 
