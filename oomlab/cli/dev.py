@@ -41,6 +41,11 @@ def write_report(course: Course, path: Path, report: dict, failed: str | None) -
         raise typer.Exit(1)
 
 
+def run_label(run: dict) -> str:
+    """A run of a report row as the tables name it: ``wrong-fix: empty-cache``, or ``bug`` alone."""
+    return f"{run['kind']}: {run['name']}" if run["kind"] != run["name"] else run["name"]
+
+
 def auto_jobs(course: Course) -> int:
     from oomlab.measure.machine import parallel_runs
 
@@ -80,7 +85,7 @@ def verify(
             ok = Text("✓ " if r["as_expected"] else "✗ ", style="green" if r["as_expected"] else "bold red")
             table.add_row(
                 row["id"],
-                f"{r['kind']}: {r['name']}" if r["kind"] != r["name"] else r["name"],
+                run_label(r),
                 r["verdict"],
                 ok + expected,
                 "yes" if r["oom"] else "no",
@@ -124,7 +129,7 @@ def calibrate(
         for r in row["runs"]:
             table.add_row(
                 row["id"],
-                f"{r['kind']}: {r['name']}" if r["kind"] != r["name"] else r["name"],
+                run_label(r),
                 r["status"] + (f" at {r['where']}" if r["where"] else ""),
                 in_mib(r["peak_allocated"], 0),
                 in_mib(r["peak_reserved"], 0),
