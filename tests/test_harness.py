@@ -252,3 +252,32 @@ def test_no_cuda_when_required(tmp_path, monkeypatch):
     assert "sees no CUDA device" in m.message
     assert m.status in harness.MACHINE_PROBLEMS
     assert not marker.exists(), "the script ran although the machine cannot measure it"
+
+
+MICRO_BATCHES = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+with torch.no_grad():  # the whole batch's loss, for comparison: an inference forward
+    whole = ((model(x) - y) ** 2).mean().item()
+optimizer.zero_grad()
+for half in (slice(0, 8), slice(8, 16)):
+    loss = ((model(x[half]) - y[half]) ** 2).mean() / 2  # each half's loss, halved: the whole batch's mean
+    loss.backward()
+optimizer.step()
+print(whole)
+"""
+
+
+def test_the_loss_of_an_optimizer_step_is_the_sum_of_its_micro_batches(tmp_path):
+    m = run(write(tmp_path, "train.py", MICRO_BATCHES))
+    assert m.status == "ok", (m.message, m.stderr)
+    w = m.workload
+    whole = float(m.stdout.splitlines()[-1])
+    assert w["optimizer_steps"] == 1 and w["samples_per_step"] == [16]
+    assert w["losses"] == [pytest.approx(whole, rel=1e-6)]  # what the optimizer saw: the whole batch's loss
+    assert w["backward_calls"] == 2 and w["backward_per_step"] == [2]

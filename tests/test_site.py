@@ -96,6 +96,11 @@ def test_exercise_page_comes_from_its_manifest(site, course, ex_id):
     for fix in ex.wrong_fixes:
         assert fix.name in text and first_words(fix.why) in text, f"wrong fix {fix.name} of {ex.id} is not explained"
 
+    for alt in ex.alternatives:
+        assert alt.name in text and first_words(alt.why) in text, f"alternative {alt.name} of {ex.id} is not shown"
+    assert first_words(ex.interview.question, 8) in text, f"the interview question of {ex.id} is not on its page"
+    assert first_words(ex.interview.answer, 8) in text, f"the model answer of {ex.id} is not on its page"
+
     for cmd in ("run", "check", "hint"):
         assert f"oomlab {cmd} {ex.id}" in text
 

@@ -660,9 +660,20 @@ def wrong_fix_section(ex: Exercise) -> list[str]:
             caught = fix.expect in (run.get("failed_checks") or [])
             result = f" Measured: {'fails' if caught else 'does NOT fail'} `{fix.expect}`."
         md += [f'??? failure "`{fix.name}`: caught by `{fix.expect}`"', "", f"    {prose(fix.why)}{result}", ""]
-        for edit in fix.edits:
-            md += ["    " + line if line else "" for line in fence(edit_diff(edit), "diff").split("\n")]
-            md.append("")
+        md += folded_edits(fix)
+    return md
+
+
+def indented(markdown: str) -> list[str]:
+    """Markdown as the lines of a fold's body (indented by four spaces; blank lines stay blank)."""
+    return ["    " + line if line else "" for line in markdown.split("\n")]
+
+
+def folded_edits(fix) -> list[str]:
+    """A fix's edits of the buggy script, as diffs inside its fold."""
+    md = []
+    for edit in fix.edits:
+        md += [*indented(fence(edit_diff(edit), "diff")), ""]
     return md
 
 
@@ -676,10 +687,7 @@ def alternatives_section(ex: Exercise) -> list[str]:
     for alt in ex.alternatives:
         run = runs.get(alt.name)
         result = f" Measured: {'passes' if run.get('verdict') == 'pass' else 'does NOT pass'}." if run else ""
-        md += [f'??? success "`{alt.name}`"', "", f"    {prose(alt.why)}{result}", ""]
-        for edit in alt.edits:
-            md += ["    " + line if line else "" for line in fence(edit_diff(edit), "diff").split("\n")]
-            md.append("")
+        md += [f'??? success "`{alt.name}`"', "", f"    {prose(alt.why)}{result}", "", *folded_edits(alt)]
     return md
 
 
@@ -687,7 +695,7 @@ def interview_section(ex: Exercise) -> list[str]:
     """The exercise's interview question, its model answer folded until asked for."""
     answer = "\n\n".join(prose(p) for p in ex.interview.answer.split("\n\n") if p.strip())
     md = ["## In an interview", "", f"> {prose(ex.interview.question)}", "", '??? question "A model answer (about two minutes)"', ""]
-    md += ["    " + line if line else "" for line in answer.split("\n")]
+    md += indented(answer)
     return md + [""]
 
 
