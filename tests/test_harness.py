@@ -281,3 +281,42 @@ def test_the_loss_of_an_optimizer_step_is_the_sum_of_its_micro_batches(tmp_path)
     assert w["optimizer_steps"] == 1 and w["samples_per_step"] == [16]
     assert w["losses"] == [pytest.approx(whole, rel=1e-6)]  # what the optimizer saw: the whole batch's loss
     assert w["backward_calls"] == 2 and w["backward_per_step"] == [2]
+
+
+FAILED_FORWARD = """
+import torch
+from torch import nn
+
+
+class Picky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 1)
+
+    def forward(self, x):
+        out = self.inner(x)
+        if x.shape[0] > 8:  # as an OOM inside the model would, halfway through its forward
+            raise RuntimeError("too big")
+        return out
+
+
+model = Picky()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+optimizer.zero_grad()
+try:
+    model(x)
+except RuntimeError:  # recovery: the batch in halves, outside the except block
+    pass
+for half in (slice(0, 8), slice(8, 16)):
+    (((model(x[half]) - y[half]) ** 2).mean() / 2).backward()
+optimizer.step()
+"""
+
+
+def test_a_forward_that_raises_is_not_counted_and_leaves_later_forwards_counted(tmp_path):
+    m = run(write(tmp_path, "train.py", FAILED_FORWARD))
+    assert m.status == "ok", (m.message, m.stderr)
+    w = m.workload
+    assert (w["train_forwards"], w["train_samples"]) == (2, 16)  # the two halves; not the attempt that raised
+    assert w["samples_per_step"] == [16]

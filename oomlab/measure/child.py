@@ -306,6 +306,7 @@ class WorkloadObserver:
         self.backward_calls = 0
         self.optimizers: list = []
         self.inference_now = False
+        self.counted: tuple[bool, int, int] | None = None  # the outermost forward now running, as tallied
         self.serving: dict[str, list] = {"reserved": [], "inactive_split": [], "output_sums": []}
 
     def install(self) -> None:
@@ -313,7 +314,10 @@ class WorkloadObserver:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
-        torch.nn.modules.module.register_module_forward_hook(self._post)
+        try:  # called when a forward raises too (an OOM inside the model), so the nesting depth stays right
+            torch.nn.modules.module.register_module_forward_hook(self._post, always_call=True)
+        except TypeError:  # a torch without always_call: a forward that raises leaves the depth off
+            torch.nn.modules.module.register_module_forward_hook(self._post)
         register_optimizer_step_post_hook(self._step)
         original = torch.autograd.backward
 
@@ -336,16 +340,28 @@ class WorkloadObserver:
         if tensor is not None:
             self.devices.add(tensor.device.type)
         training = module.training and self.torch.is_grad_enabled()
-        tally = self.forward["train" if training else "inference"]
-        tally[0] += 1
-        tally[1] += samples
-        tally[2] += elements
+        self.counted = (training, samples, elements)
+        self._tally(training, samples, elements, +1)
         self.inference_now = not training
+
+    def _tally(self, training: bool, samples: int, elements: int, sign: int) -> None:
+        tally = self.forward["train" if training else "inference"]
+        tally[0] += sign
+        tally[1] += sign * samples
+        tally[2] += sign * elements
         if training:
-            self.pending += samples
+            self.pending += sign * samples
 
     def _post(self, module, args, output):
         self.depth -= 1
+        if self.depth == 0 and self.counted is not None and output is None and sys.exc_info()[1] is not None:
+            # The model's forward raised (torch calls always_call hooks with no output, while the error
+            # propagates): the batch it was given was not trained on or answered, so it does not count.
+            self._tally(*self.counted, -1)
+            self.counted, self.inference_now = None, False
+            return
+        if self.depth == 0:
+            self.counted = None
         if self.depth == 0 and self.inference_now and self.stats is not None:
             self.inference_now = False
             tensor = output if isinstance(output, self.torch.Tensor) else None
