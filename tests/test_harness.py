@@ -320,3 +320,45 @@ def test_a_forward_that_raises_is_not_counted_and_leaves_later_forwards_counted(
     w = m.workload
     assert (w["train_forwards"], w["train_samples"]) == (2, 16)  # the two halves; not the attempt that raised
     assert w["samples_per_step"] == [16]
+
+
+CHECKPOINTED = """
+import sys
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(4)])
+
+    def forward(self, x):
+        if sys.argv[1] == "per-block":
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=False)
+            return x
+        return checkpoint_sequential(self.blocks, 2, x, use_reentrant=False)
+
+
+torch.manual_seed(0)
+model = Deep()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 4)
+for step in range(2):
+    optimizer.zero_grad()
+    model(x).pow(2).mean().backward()
+    optimizer.step()
+"""
+
+
+def test_blocks_recomputed_in_backward_are_not_new_samples(tmp_path):
+    script = write(tmp_path, "train.py", CHECKPOINTED)
+    for way in ("per-block", "sequential"):
+        m = run(script, args=(way,))
+        assert m.status == "ok", (m.message, m.stderr)
+        # Backward recomputes checkpointed blocks; the step still trained the batch's 16 samples, once.
+        assert m.workload["samples_per_step"] == [16, 16], way
+        assert m.workload["train_forwards"] == 2, way

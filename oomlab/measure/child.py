@@ -334,6 +334,8 @@ class WorkloadObserver:
         self.depth += 1
         if self.depth != 1 or next(module.parameters(), None) is None:
             return
+        if self.in_backward():  # activation checkpointing recomputing a block: not a forward of new data
+            return
         tensor = next((a for a in args if isinstance(a, self.torch.Tensor)), None)
         samples = (tensor.shape[0] if tensor.dim() else 1) if tensor is not None else 0
         elements = tensor.numel() if tensor is not None else 0
@@ -343,6 +345,11 @@ class WorkloadObserver:
         self.counted = (training, samples, elements)
         self._tally(training, samples, elements, +1)
         self.inference_now = not training
+
+    def in_backward(self) -> bool:
+        """Whether autograd's backward is running on this thread (it recomputes checkpointed blocks)."""
+        task = getattr(self.torch._C, "_current_graph_task_id", None)
+        return task is not None and task() != -1
 
     def _tally(self, training: bool, samples: int, elements: int, sign: int) -> None:
         tally = self.forward["train" if training else "inference"]
