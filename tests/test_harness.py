@@ -362,3 +362,13 @@ def test_blocks_recomputed_in_backward_are_not_new_samples(tmp_path):
         # Backward recomputes checkpointed blocks; the step still trained the batch's 16 samples, once.
         assert m.workload["samples_per_step"] == [16, 16], way
         assert m.workload["train_forwards"] == 2, way
+
+
+def test_the_script_starts_with_the_collector_in_the_same_state_fresh_or_forked(tmp_path, runner):
+    script = write(tmp_path, "train.py", "import gc\nprint(gc.get_count(), gc.get_freeze_count() > 0)\n")
+    m = ran(run(script, **runner), runner)
+    assert m.status == "ok", (m.message, m.stderr)
+    counts, frozen = m.stdout.strip().rsplit(" ", 1)
+    # Everything imported before the script is frozen, and the counts start near zero, whichever the runner.
+    assert frozen == "True"
+    assert sum(int(n) for n in counts.strip("()").split(",")) < 100, counts

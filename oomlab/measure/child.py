@@ -18,7 +18,8 @@ Order matters, and is the reason this file exists:
 4. run the script as ``__main__`` and write one JSON result, whatever happens;
 5. from the script's end until its figures are read, keep its globals alive (as
    ``python train.py`` does, whatever the ending) and the garbage collector still,
-   so that nothing the harness does moves a figure.
+   so that nothing the harness does moves a figure; and start the script with the
+   collector in the same state however the process began.
 
 A warm server (``server.py``) forks this code with :data:`PRELOAD` imported;
 a fresh process imports it too, before the script, so the two measure alike.
@@ -145,14 +146,22 @@ def run(spec: dict, result: dict) -> None:
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = os.path.dirname(script)
     script_globals, probe_finished, kept = None, False, None
+    # The cyclic garbage collector starts from the same state in a fresh process and in a forked one:
+    # its counts at zero, everything imported so far frozen out of its reach. It then collects at the
+    # same points of the script either way, and frees what reference cycles hold (GPU tensors among
+    # them) at the same moments, so the two runners measure the same figures.
+    gc.collect()
+    gc.freeze()
     start = time.perf_counter()
     collecting = gc.isenabled()
     try:
         script_globals = runpy.run_path(script, run_name="__main__")
         gc.disable()
+        gc.unfreeze()  # the tools walk every object again: gc.get_referrers() skips frozen ones
         result.update(status="ok", message="")
     except SystemExit as exc:
         gc.disable()
+        gc.unfreeze()  # the tools walk every object again: gc.get_referrers() skips frozen ones
         kept = script_namespace(exc, script)
         code = exc.code
         if code in (None, 0):
@@ -161,6 +170,7 @@ def run(spec: dict, result: dict) -> None:
             result.update(status="exit", message=f"the script called sys.exit({code!r})")
     except BaseException as exc:  # the learner's error, whatever it is, becomes data
         gc.disable()
+        gc.unfreeze()  # the tools walk every object again: gc.get_referrers() skips frozen ones
         kept = script_namespace(exc, script)
         result.update(
             status="oom" if is_oom(exc) else "error",
