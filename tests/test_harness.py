@@ -336,9 +336,9 @@ class Deep(nn.Module):
         self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(4)])
 
     def forward(self, x):
-        if sys.argv[1] == "per-block":
+        if sys.argv[1] in ("per-block", "reentrant"):
             for block in self.blocks:
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, use_reentrant=sys.argv[1] == "reentrant")
             return x
         return checkpoint_sequential(self.blocks, 2, x, use_reentrant=False)
 
@@ -346,7 +346,7 @@ class Deep(nn.Module):
 torch.manual_seed(0)
 model = Deep()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(16, 4)
+x = torch.randn(16, 4, requires_grad=True)  # reentrant checkpointing computes no gradients without it
 for step in range(2):
     optimizer.zero_grad()
     model(x).pow(2).mean().backward()
@@ -356,12 +356,13 @@ for step in range(2):
 
 def test_blocks_recomputed_in_backward_are_not_new_samples(tmp_path):
     script = write(tmp_path, "train.py", CHECKPOINTED)
-    for way in ("per-block", "sequential"):
+    for way in ("per-block", "reentrant", "sequential"):
         m = run(script, args=(way,))
         assert m.status == "ok", (m.message, m.stderr)
         # Backward recomputes checkpointed blocks; the step still trained the batch's 16 samples, once.
         assert m.workload["samples_per_step"] == [16, 16], way
         assert m.workload["train_forwards"] == 2, way
+        assert m.workload["backward_per_step"] == [1, 1], way  # reentrant checkpointing's inner backward is not another
 
 
 def test_the_script_starts_with_the_collector_in_the_same_state_fresh_or_forked(tmp_path, runner):
@@ -372,3 +373,40 @@ def test_the_script_starts_with_the_collector_in_the_same_state_fresh_or_forked(
     # Everything imported before the script is frozen, and the counts start near zero, whichever the runner.
     assert frozen == "True"
     assert sum(int(n) for n in counts.strip("()").split(",")) < 100, counts
+
+
+TWO_LOSSES = """
+import sys
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 4)
+out = model(x)
+first, second = out[:, 0].pow(2).mean(), out[:, 1].abs().mean()
+optimizer.zero_grad()
+if sys.argv[1] == "sum":
+    (first + second).backward()
+elif sys.argv[1] == "list":
+    torch.autograd.backward([first, second])
+else:
+    grads = torch.autograd.grad(first + second, list(model.parameters()))
+    for p, g in zip(model.parameters(), grads):
+        p.grad = g
+optimizer.step()
+"""
+
+
+def test_every_way_to_backpropagate_two_losses_gives_the_step_their_sum(tmp_path):
+    script = write(tmp_path, "train.py", TWO_LOSSES)
+    runs = {way: run(script, args=(way,)) for way in ("sum", "list", "grad")}
+    for way, m in runs.items():
+        assert m.status == "ok", (way, m.message, m.stderr)
+    losses = {way: m.workload["losses"] for way, m in runs.items()}
+    assert losses["list"] == pytest.approx(losses["sum"], rel=1e-6) and losses["grad"] == pytest.approx(losses["sum"], rel=1e-6)
+    assert losses["sum"][0] > 0
+    weights = {m.workload["weights_sum"] for m in runs.values()}
+    assert max(weights) - min(weights) < 1e-6

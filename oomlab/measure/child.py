@@ -331,14 +331,32 @@ class WorkloadObserver:
         register_optimizer_step_post_hook(self._step)
         original = torch.autograd.backward
 
+        grad = torch.autograd.grad
+
         def backward(tensors, *args, **kwargs):
-            self.backward_calls += 1
-            self.step_backwards += 1
-            if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-                self.step_loss += float(tensors.detach())
+            self.backpropagated(tensors)
             return original(tensors, *args, **kwargs)
 
+        def gradients(outputs, *args, **kwargs):  # torch.autograd.grad: gradients computed, then given to the optimizer
+            self.backpropagated(outputs)
+            return grad(outputs, *args, **kwargs)
+
         torch.autograd.backward = backward
+        torch.autograd.grad = gradients
+
+    def backpropagated(self, tensors) -> None:
+        """Count a backward pass and add its loss: a scalar, or the scalars of a list (``backward([a, b])``).
+
+        A backward that another backward starts (reentrant checkpointing recomputing a block) is part of it.
+        """
+        if self.in_backward():
+            return
+        self.backward_calls += 1
+        self.step_backwards += 1
+        many = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+        for t in many:
+            if isinstance(t, self.torch.Tensor) and t.numel() == 1:
+                self.step_loss += float(t.detach())
 
     def _pre(self, module, args):
         self.depth += 1
