@@ -7,6 +7,7 @@ from the reference solution measured on the same GPU and torch version.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from oomlab.errors import OomLabError
@@ -282,6 +283,44 @@ class SameResults(Check):
         return self.result(True, f"{len(sums)} outputs equal", threshold)
 
 
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def logged_numbers(stdout: str) -> list[float]:
+    """The numbers a script printed, in order (the harness's own ``[oomlab]`` lines aside)."""
+    lines = [line for line in stdout.splitlines() if not line.startswith("[oomlab]")]
+    return [float(n) for line in lines for n in NUMBER.findall(line)]
+
+
+class SameLog(Check):
+    name = "same_log"
+    why = "Where the script's log is part of its job (monitoring, evaluation), the fix must still report the same numbers."
+    params = {"rtol": float}
+
+    def evaluate(self, m, ref, params):
+        rtol = params.get("rtol", 1e-3)
+        mine, theirs = logged_numbers(m.stdout), logged_numbers(ref.stdout)
+        threshold = f"{len(theirs)} numbers, rtol {rtol:g}"
+        if len(mine) != len(theirs):
+            return self.result(
+                False,
+                f"{len(mine)} numbers",
+                threshold,
+                f"The script printed {len(mine)} numbers; the reference prints {len(theirs)}. Keep what the script "
+                "reports: the monitoring or evaluation it prints is part of the job.",
+            )
+        off = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if abs(a - b) > 1e-8 + rtol * abs(b)]
+        if off:
+            i = off[0]
+            return self.result(
+                False,
+                f"{len(off)} numbers differ",
+                threshold,
+                f"Number {i + 1} of the log is {mine[i]:g}; the reference prints {theirs[i]:g}.",
+            )
+        return self.result(True, f"{len(mine)} numbers equal", threshold)
+
+
 class BackwardPerStep(Check):
     name = "backward_per_step"
     why = "Micro-batching trades speed for memory: once the structural fixes are in, the batch should fit in one pass."
@@ -338,6 +377,7 @@ CHECKS: dict[str, Check] = {
         SameResults(),
         BackwardPerStep(),
         Plateau(),
+        SameLog(),
     )
 }
 ALWAYS = ("untampered", "settings")  # every exercise gets these, whatever its manifest says
