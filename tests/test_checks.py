@@ -391,3 +391,14 @@ def test_same_log_compares_the_numbers_a_script_prints():
     assert not quiet.passed and "printed 2 numbers; the reference prints 6" in quiet.detail
     other = check("same_log", measurement(stdout="step 10  dead 0.9  norm 3.25\nstep 20  dead 0.498  norm 3.31\n"), ref=ref)
     assert not other.passed and "Number 2 of the log is 0.9" in other.detail
+
+
+def test_losses_a_constant_multiple_of_the_references_pass_only_with_the_same_weights():
+    # Backward on the unscaled loss of 8 micro-batches, gradients divided by 8 afterwards: 8x the loss, same training.
+    scaled = workload(losses=[2.5 * 8, 2.0 * 8, 1.5 * 8])
+    result = check("same_results", measurement(workload_=scaled), rtol=1e-4)
+    assert result.passed and "8x the reference's" in result.measured
+    other_weights = workload(losses=[2.5 * 8, 2.0 * 8, 1.5 * 8], weights_sum=13.0)
+    assert not check("same_results", measurement(workload_=other_weights), rtol=1e-4).passed
+    not_constant = workload(losses=[2.5 * 8, 2.0 * 4, 1.5 * 8])
+    assert not check("same_results", measurement(workload_=not_constant), rtol=1e-4).passed
