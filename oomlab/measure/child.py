@@ -87,6 +87,7 @@ GUARDED = {
     r"^_cuda_setMemoryFraction$": "changed the exercise's memory budget",
     r"^_(cuda|accelerator)\w*(set_allocator_settings|setAllocatorSettings)$": "changed the allocator settings the exercise fixes",
 }
+SETTINGS_EFFECT = "changed the allocator settings the exercise fixes"
 
 
 def main(spec_path: str) -> int:
@@ -126,7 +127,7 @@ def run(spec: dict, result: dict) -> None:
         return
 
     tamper: list[str] = []
-    stats = install_guards(torch, tamper) if cuda else None
+    stats = install_guards(torch, tamper, spec.get("settings_free", False)) if cuda else None
     observer = WorkloadObserver(torch, stats if spec.get("serving") else None)
     observer.install()
     conf_before = {k: os.environ.get(k) for k in ALLOC_CONF_VARS}
@@ -257,8 +258,12 @@ def setup_budget(torch, budget: int | None, result: dict) -> bool:
     return True
 
 
-def install_guards(torch, tamper: list[str]):
+def install_guards(torch, tamper: list[str], settings_free: bool = False):
     """Make the calls that would falsify the figures record themselves and do nothing.
+
+    ``settings_free``: the allocator's settings are the script's to change (an
+    exercise whose fix is a setting, or a script outside the course), so
+    ``torch.cuda.memory._set_allocator_settings`` keeps working.
 
     Returns the original statistics function, kept out of the learner's reach
     (patching ``torch.cuda.memory_stats`` later changes nothing we read).
@@ -269,6 +274,8 @@ def install_guards(torch, tamper: list[str]):
     torch._C._cuda_resetAccumulatedMemoryStats(device)
     for name in dir(torch._C):
         for pattern, effect in GUARDED.items():
+            if settings_free and effect == SETTINGS_EFFECT:
+                continue
             if re.search(pattern, name):
                 setattr(torch._C, name, _refuse(name, effect, tamper))
     return lambda: stats(device)
