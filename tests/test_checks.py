@@ -378,3 +378,27 @@ def test_a_worker_without_an_optimizer_is_judged_by_its_outputs():
     result = check("same_results", serving_run([100, 100], sums=(1.0, 2.5)), ref=ref)
     assert not result.passed and "request 2" in result.detail
     assert not check("same_results", serving_run([100], sums=(1.0,)), ref=ref).passed
+
+
+# --- the script's own log ------------------------------------------------------------------------
+
+
+def test_same_log_compares_the_numbers_a_script_prints():
+    ref = measurement(stdout="step 10  dead 0.512  norm 3.25\nstep 20  dead 0.498  norm 3.31\n")
+    same = measurement(stdout="step 10  dead 0.5120001  norm 3.25\nstep 20  dead 0.498  norm 3.31\n[oomlab] note\n")
+    assert check("same_log", same, ref=ref).passed
+    quiet = check("same_log", measurement(stdout="step 10\nstep 20\n"), ref=ref)
+    assert not quiet.passed and "printed 2 numbers; the reference prints 6" in quiet.detail
+    other = check("same_log", measurement(stdout="step 10  dead 0.9  norm 3.25\nstep 20  dead 0.498  norm 3.31\n"), ref=ref)
+    assert not other.passed and "Number 2 of the log is 0.9" in other.detail
+
+
+def test_losses_a_constant_multiple_of_the_references_pass_only_with_the_same_weights():
+    # Backward on the unscaled loss of 8 micro-batches, gradients divided by 8 afterwards: 8x the loss, same training.
+    scaled = workload(losses=[2.5 * 8, 2.0 * 8, 1.5 * 8])
+    result = check("same_results", measurement(workload_=scaled), rtol=1e-4)
+    assert result.passed and "8x the reference's" in result.measured
+    other_weights = workload(losses=[2.5 * 8, 2.0 * 8, 1.5 * 8], weights_sum=13.0)
+    assert not check("same_results", measurement(workload_=other_weights), rtol=1e-4).passed
+    not_constant = workload(losses=[2.5 * 8, 2.0 * 4, 1.5 * 8])
+    assert not check("same_results", measurement(workload_=not_constant), rtol=1e-4).passed

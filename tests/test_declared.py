@@ -17,6 +17,7 @@ TOP = 'import os\nos.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:T
         ('import os\nos.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")\n', "max_split_size_mb:128"),
         ('import os\nimport torch\nos.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"\n', "expandable_segments:True"),
         ("import torch\nx = 1\n", None),
+        ('import os\ndevice = "cuda"\nos.environ["PYTORCH_CUDA_ALLOC_CONF"] = "a:1"\n', "a:1"),
         # After other code, CUDA may have started: the setting would come too late, so it does not count.
         ('import os, torch\nx = torch.zeros(1, device="cuda")\nos.environ["PYTORCH_CUDA_ALLOC_CONF"] = "a:1"\n', None),
         # Inside a function, or computed, it is not a literal the harness can read.
@@ -31,6 +32,7 @@ TOP = 'import os\nos.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:T
         "setdefault",
         "after-import-torch",
         "none",
+        "after-a-constant",
         "too-late",
         "in-function",
         "computed",

@@ -281,3 +281,132 @@ def test_the_loss_of_an_optimizer_step_is_the_sum_of_its_micro_batches(tmp_path)
     assert w["optimizer_steps"] == 1 and w["samples_per_step"] == [16]
     assert w["losses"] == [pytest.approx(whole, rel=1e-6)]  # what the optimizer saw: the whole batch's loss
     assert w["backward_calls"] == 2 and w["backward_per_step"] == [2]
+
+
+FAILED_FORWARD = """
+import torch
+from torch import nn
+
+
+class Picky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 1)
+
+    def forward(self, x):
+        out = self.inner(x)
+        if x.shape[0] > 8:  # as an OOM inside the model would, halfway through its forward
+            raise RuntimeError("too big")
+        return out
+
+
+model = Picky()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+optimizer.zero_grad()
+try:
+    model(x)
+except RuntimeError:  # recovery: the batch in halves, outside the except block
+    pass
+for half in (slice(0, 8), slice(8, 16)):
+    (((model(x[half]) - y[half]) ** 2).mean() / 2).backward()
+optimizer.step()
+"""
+
+
+def test_a_forward_that_raises_is_not_counted_and_leaves_later_forwards_counted(tmp_path):
+    m = run(write(tmp_path, "train.py", FAILED_FORWARD))
+    assert m.status == "ok", (m.message, m.stderr)
+    w = m.workload
+    assert (w["train_forwards"], w["train_samples"]) == (2, 16)  # the two halves; not the attempt that raised
+    assert w["samples_per_step"] == [16]
+
+
+CHECKPOINTED = """
+import sys
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(4)])
+
+    def forward(self, x):
+        if sys.argv[1] in ("per-block", "reentrant"):
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=sys.argv[1] == "reentrant")
+            return x
+        return checkpoint_sequential(self.blocks, 2, x, use_reentrant=False)
+
+
+torch.manual_seed(0)
+model = Deep()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 4, requires_grad=True)  # reentrant checkpointing computes no gradients without it
+for step in range(2):
+    optimizer.zero_grad()
+    model(x).pow(2).mean().backward()
+    optimizer.step()
+"""
+
+
+def test_blocks_recomputed_in_backward_are_not_new_samples(tmp_path):
+    script = write(tmp_path, "train.py", CHECKPOINTED)
+    for way in ("per-block", "reentrant", "sequential"):
+        m = run(script, args=(way,))
+        assert m.status == "ok", (m.message, m.stderr)
+        # Backward recomputes checkpointed blocks; the step still trained the batch's 16 samples, once.
+        assert m.workload["samples_per_step"] == [16, 16], way
+        assert m.workload["train_forwards"] == 2, way
+        assert m.workload["backward_per_step"] == [1, 1], way  # reentrant checkpointing's inner backward is not another
+
+
+def test_the_script_starts_with_the_collector_in_the_same_state_fresh_or_forked(tmp_path, runner):
+    script = write(tmp_path, "train.py", "import gc\nprint(gc.get_count(), gc.get_freeze_count() > 0)\n")
+    m = ran(run(script, **runner), runner)
+    assert m.status == "ok", (m.message, m.stderr)
+    counts, frozen = m.stdout.strip().rsplit(" ", 1)
+    # Everything imported before the script is frozen, and the counts start near zero, whichever the runner.
+    assert frozen == "True"
+    assert sum(int(n) for n in counts.strip("()").split(",")) < 100, counts
+
+
+TWO_LOSSES = """
+import sys
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 4)
+out = model(x)
+first, second = out[:, 0].pow(2).mean(), out[:, 1].abs().mean()
+optimizer.zero_grad()
+if sys.argv[1] == "sum":
+    (first + second).backward()
+elif sys.argv[1] == "list":
+    torch.autograd.backward([first, second])
+else:
+    grads = torch.autograd.grad(first + second, list(model.parameters()))
+    for p, g in zip(model.parameters(), grads):
+        p.grad = g
+optimizer.step()
+"""
+
+
+def test_every_way_to_backpropagate_two_losses_gives_the_step_their_sum(tmp_path):
+    script = write(tmp_path, "train.py", TWO_LOSSES)
+    runs = {way: run(script, args=(way,)) for way in ("sum", "list", "grad")}
+    for way, m in runs.items():
+        assert m.status == "ok", (way, m.message, m.stderr)
+    losses = {way: m.workload["losses"] for way, m in runs.items()}
+    assert losses["list"] == pytest.approx(losses["sum"], rel=1e-6) and losses["grad"] == pytest.approx(losses["sum"], rel=1e-6)
+    assert losses["sum"][0] > 0
+    weights = {m.workload["weights_sum"] for m in runs.values()}
+    assert max(weights) - min(weights) < 1e-6

@@ -7,6 +7,7 @@ from the reference solution measured on the same GPU and torch version.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from oomlab.errors import OomLabError
@@ -242,6 +243,11 @@ class SameResults(Check):
             )
         worst = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses, strict=True)), default=0.0)
         off = [i for i, (a, b) in enumerate(zip(losses, ref_losses, strict=True)) if not close(a, b)]
+        scale = losses[0] / ref_losses[0] if off and ref_losses and ref_losses[0] else None
+        if scale and scale > 0 and all(close(a, scale * b) for a, b in zip(losses, ref_losses, strict=True)):
+            # Every step's loss the same multiple of the reference's (backward on the unscaled loss, gradients
+            # divided afterwards): the same training if the final weights agree, which the lines below decide.
+            off, worst = [], 0.0
         if off:
             step = off[0]
             return self.result(
@@ -261,6 +267,8 @@ class SameResults(Check):
                     f"{theirs} ({threshold})",
                     f"The final weights differ from the reference's ({label} {mine} vs {theirs}).",
                 )
+        if scale and not off and not close(scale, 1.0):
+            return self.result(True, f"losses {scale:.3g}x the reference's, weights equal", threshold)
         return self.result(True, f"max loss diff {worst:.1e}", threshold)
 
     def _outputs(self, w, r, close, threshold):
@@ -280,6 +288,44 @@ class SameResults(Check):
                 "The change altered what the worker answers.",
             )
         return self.result(True, f"{len(sums)} outputs equal", threshold)
+
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def logged_numbers(stdout: str) -> list[float]:
+    """The numbers a script printed, in order (the harness's own ``[oomlab]`` lines aside)."""
+    lines = [line for line in stdout.splitlines() if not line.startswith("[oomlab]")]
+    return [float(n) for line in lines for n in NUMBER.findall(line)]
+
+
+class SameLog(Check):
+    name = "same_log"
+    why = "Where the script's log is part of its job (monitoring, evaluation), the fix must still report the same numbers."
+    params = {"rtol": float}
+
+    def evaluate(self, m, ref, params):
+        rtol = params.get("rtol", 1e-3)
+        mine, theirs = logged_numbers(m.stdout), logged_numbers(ref.stdout)
+        threshold = f"{len(theirs)} numbers, rtol {rtol:g}"
+        if len(mine) != len(theirs):
+            return self.result(
+                False,
+                f"{len(mine)} numbers",
+                threshold,
+                f"The script printed {len(mine)} numbers; the reference prints {len(theirs)}. Keep what the script "
+                "reports: the monitoring or evaluation it prints is part of the job.",
+            )
+        off = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if abs(a - b) > 1e-8 + rtol * abs(b)]
+        if off:
+            i = off[0]
+            return self.result(
+                False,
+                f"{len(off)} numbers differ",
+                threshold,
+                f"Number {i + 1} of the log is {mine[i]:g}; the reference prints {theirs[i]:g}.",
+            )
+        return self.result(True, f"{len(mine)} numbers equal", threshold)
 
 
 class BackwardPerStep(Check):
@@ -338,6 +384,7 @@ CHECKS: dict[str, Check] = {
         SameResults(),
         BackwardPerStep(),
         Plateau(),
+        SameLog(),
     )
 }
 ALWAYS = ("untampered", "settings")  # every exercise gets these, whatever its manifest says

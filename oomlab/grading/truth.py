@@ -85,6 +85,8 @@ def variants(ex: Exercise) -> list[Variant]:
         runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, alt=alt: alt.apply(bug)))
     bug = shipped_source(ex)
     for cheat in CHEATS:
+        if ex.learner_settings and cheat.name == "allocator-settings-at-runtime":
+            continue  # where the fix is a setting, setting it at run time is a fix, not a cheat
         caught_by = cheat.caught_by
         if cheat.wraps_the_bug or bug in cheat.make(bug, ""):  # the bug still runs inside it: its symptom catches it too
             caught_by = caught_by | {ex.symptom}

@@ -18,7 +18,8 @@ Order matters, and is the reason this file exists:
 4. run the script as ``__main__`` and write one JSON result, whatever happens;
 5. from the script's end until its figures are read, keep its globals alive (as
    ``python train.py`` does, whatever the ending) and the garbage collector still,
-   so that nothing the harness does moves a figure.
+   so that nothing the harness does moves a figure; and start the script with the
+   collector in the same state however the process began.
 
 A warm server (``server.py``) forks this code with :data:`PRELOAD` imported;
 a fresh process imports it too, before the script, so the two measure alike.
@@ -86,6 +87,7 @@ GUARDED = {
     r"^_cuda_setMemoryFraction$": "changed the exercise's memory budget",
     r"^_(cuda|accelerator)\w*(set_allocator_settings|setAllocatorSettings)$": "changed the allocator settings the exercise fixes",
 }
+SETTINGS_EFFECT = "changed the allocator settings the exercise fixes"
 
 
 def main(spec_path: str) -> int:
@@ -125,7 +127,7 @@ def run(spec: dict, result: dict) -> None:
         return
 
     tamper: list[str] = []
-    stats = install_guards(torch, tamper) if cuda else None
+    stats = install_guards(torch, tamper, spec.get("settings_free", False)) if cuda else None
     observer = WorkloadObserver(torch, stats if spec.get("serving") else None)
     observer.install()
     conf_before = {k: os.environ.get(k) for k in ALLOC_CONF_VARS}
@@ -145,14 +147,22 @@ def run(spec: dict, result: dict) -> None:
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = os.path.dirname(script)
     script_globals, probe_finished, kept = None, False, None
+    # The cyclic garbage collector starts from the same state in a fresh process and in a forked one:
+    # its counts at zero, everything imported so far frozen out of its reach. It then collects at the
+    # same points of the script either way, and frees what reference cycles hold (GPU tensors among
+    # them) at the same moments, so the two runners measure the same figures.
+    gc.collect()
+    gc.freeze()
     start = time.perf_counter()
     collecting = gc.isenabled()
     try:
         script_globals = runpy.run_path(script, run_name="__main__")
         gc.disable()
+        gc.unfreeze()  # the tools walk every object again: gc.get_referrers() skips frozen ones
         result.update(status="ok", message="")
     except SystemExit as exc:
         gc.disable()
+        gc.unfreeze()  # the tools walk every object again: gc.get_referrers() skips frozen ones
         kept = script_namespace(exc, script)
         code = exc.code
         if code in (None, 0):
@@ -161,6 +171,7 @@ def run(spec: dict, result: dict) -> None:
             result.update(status="exit", message=f"the script called sys.exit({code!r})")
     except BaseException as exc:  # the learner's error, whatever it is, becomes data
         gc.disable()
+        gc.unfreeze()  # the tools walk every object again: gc.get_referrers() skips frozen ones
         kept = script_namespace(exc, script)
         result.update(
             status="oom" if is_oom(exc) else "error",
@@ -247,8 +258,12 @@ def setup_budget(torch, budget: int | None, result: dict) -> bool:
     return True
 
 
-def install_guards(torch, tamper: list[str]):
+def install_guards(torch, tamper: list[str], settings_free: bool = False):
     """Make the calls that would falsify the figures record themselves and do nothing.
+
+    ``settings_free``: the allocator's settings are the script's to change (an
+    exercise whose fix is a setting, or a script outside the course), so
+    ``torch.cuda.memory._set_allocator_settings`` keeps working.
 
     Returns the original statistics function, kept out of the learner's reach
     (patching ``torch.cuda.memory_stats`` later changes nothing we read).
@@ -259,6 +274,8 @@ def install_guards(torch, tamper: list[str]):
     torch._C._cuda_resetAccumulatedMemoryStats(device)
     for name in dir(torch._C):
         for pattern, effect in GUARDED.items():
+            if settings_free and effect == SETTINGS_EFFECT:
+                continue
             if re.search(pattern, name):
                 setattr(torch._C, name, _refuse(name, effect, tamper))
     return lambda: stats(device)
@@ -306,6 +323,7 @@ class WorkloadObserver:
         self.backward_calls = 0
         self.optimizers: list = []
         self.inference_now = False
+        self.counted: tuple[bool, int, int] | None = None  # the outermost forward now running, as tallied
         self.serving: dict[str, list] = {"reserved": [], "inactive_split": [], "output_sums": []}
 
     def install(self) -> None:
@@ -313,22 +331,45 @@ class WorkloadObserver:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
-        torch.nn.modules.module.register_module_forward_hook(self._post)
+        try:  # called when a forward raises too (an OOM inside the model), so the nesting depth stays right
+            torch.nn.modules.module.register_module_forward_hook(self._post, always_call=True)
+        except TypeError:  # a torch without always_call: a forward that raises leaves the depth off
+            torch.nn.modules.module.register_module_forward_hook(self._post)
         register_optimizer_step_post_hook(self._step)
         original = torch.autograd.backward
 
+        grad = torch.autograd.grad
+
         def backward(tensors, *args, **kwargs):
-            self.backward_calls += 1
-            self.step_backwards += 1
-            if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-                self.step_loss += float(tensors.detach())
+            self.backpropagated(tensors)
             return original(tensors, *args, **kwargs)
 
+        def gradients(outputs, *args, **kwargs):  # torch.autograd.grad: gradients computed, then given to the optimizer
+            self.backpropagated(outputs)
+            return grad(outputs, *args, **kwargs)
+
         torch.autograd.backward = backward
+        torch.autograd.grad = gradients
+
+    def backpropagated(self, tensors) -> None:
+        """Count a backward pass and add its loss: a scalar, or the scalars of a list (``backward([a, b])``).
+
+        A backward that another backward starts (reentrant checkpointing recomputing a block) is part of it.
+        """
+        if self.in_backward():
+            return
+        self.backward_calls += 1
+        self.step_backwards += 1
+        many = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+        for t in many:
+            if isinstance(t, self.torch.Tensor) and t.numel() == 1:
+                self.step_loss += float(t.detach())
 
     def _pre(self, module, args):
         self.depth += 1
         if self.depth != 1 or next(module.parameters(), None) is None:
+            return
+        if self.in_backward():  # activation checkpointing recomputing a block: not a forward of new data
             return
         tensor = next((a for a in args if isinstance(a, self.torch.Tensor)), None)
         samples = (tensor.shape[0] if tensor.dim() else 1) if tensor is not None else 0
@@ -336,16 +377,33 @@ class WorkloadObserver:
         if tensor is not None:
             self.devices.add(tensor.device.type)
         training = module.training and self.torch.is_grad_enabled()
-        tally = self.forward["train" if training else "inference"]
-        tally[0] += 1
-        tally[1] += samples
-        tally[2] += elements
+        self.counted = (training, samples, elements)
+        self._tally(training, samples, elements, +1)
         self.inference_now = not training
+
+    def in_backward(self) -> bool:
+        """Whether autograd's backward is running on this thread (it recomputes checkpointed blocks)."""
+        task = getattr(self.torch._C, "_current_graph_task_id", None)
+        return task is not None and task() != -1
+
+    def _tally(self, training: bool, samples: int, elements: int, sign: int) -> None:
+        tally = self.forward["train" if training else "inference"]
+        tally[0] += sign
+        tally[1] += sign * samples
+        tally[2] += sign * elements
         if training:
-            self.pending += samples
+            self.pending += sign * samples
 
     def _post(self, module, args, output):
         self.depth -= 1
+        if self.depth == 0 and self.counted is not None and output is None and sys.exc_info()[1] is not None:
+            # The model's forward raised (torch calls always_call hooks with no output, while the error
+            # propagates): the batch it was given was not trained on or answered, so it does not count.
+            self._tally(*self.counted, -1)
+            self.counted, self.inference_now = None, False
+            return
+        if self.depth == 0:
+            self.counted = None
         if self.depth == 0 and self.inference_now and self.stats is not None:
             self.inference_now = False
             tensor = output if isinstance(output, self.torch.Tensor) else None

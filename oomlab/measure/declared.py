@@ -10,7 +10,8 @@ sets ``PYTORCH_CUDA_ALLOC_CONF`` before CUDA starts, at the top of the file::
 The measuring child has set up CUDA (and so the allocator) before the script's
 first line runs, so the harness reads that line here and starts the run with
 it, as ``python train.py`` would. Only a literal assignment (or ``setdefault``)
-at module level, after nothing but imports, counts: that is when it would act.
+at module level counts, after nothing but imports and assignments that call
+nothing (``device = "cuda"``): after a call, CUDA may have started already.
 Standard library only.
 """
 
@@ -36,9 +37,11 @@ def declared_alloc_conf(source: str) -> str | None:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         value = _setting(node)
-        if value is None:
-            break  # anything else may start CUDA: a later setting comes too late
-        found = value
+        if value is not None:
+            found = value
+        elif any(isinstance(n, ast.Call) for n in ast.walk(node)):
+            break  # a call may start CUDA: a later setting comes too late
+        # else a plain assignment (device = "cuda"): it starts nothing, and a later setting still counts
     return found
 
 

@@ -144,6 +144,7 @@ def measure(
     course_root: Path | None = None,
     server: warm.WarmServer | None = None,
     serving: bool = False,
+    settings_free: bool = False,
 ) -> Measurement:
     """Run ``script`` once under the budget in a fresh process and measure it.
 
@@ -160,6 +161,8 @@ def measure(
     instead of ``alloc_conf``, as it would under ``python``.
     ``serving`` samples the allocator after every inference forward and sums
     each one's output, for the checks of a long-lived inference worker.
+    ``settings_free`` lets the script change the allocator's settings while it
+    runs (``_set_allocator_settings``), as it could under ``python``.
     """
     script = Path(script).resolve()
     if not script.is_file():
@@ -183,6 +186,7 @@ def measure(
             "result_path": str(tmp / "result.json"),
             "tool": tool,
             "serving": serving,
+            "settings_free": settings_free,
         }
         (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         run = {
@@ -266,4 +270,5 @@ def measure_exercise_file(exercise, script: Path) -> Measurement:
         time_limit_s=exercise.time_limit_s,
         course_root=exercise.root,
         serving="plateau" in exercise.checks,
+        settings_free=exercise.learner_settings,
     )

@@ -234,6 +234,7 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
         args=target.args,
         tool={"name": tool, "out_dir": str(out_dir), "options": opts},
         course_root=target.exercise.root if target.exercise else None,  # a script outside a course runs fresh
+        settings_free=target.exercise is None or target.exercise.learner_settings,
     )
     if m.status in MACHINE_PROBLEMS:
         if target.exercise:

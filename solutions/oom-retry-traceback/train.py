@@ -54,7 +54,7 @@ for step in range(1, steps + 1):
     except torch.cuda.OutOfMemoryError as err:
         retry = str(err).split('.')[0]
     # Retried after the except block, not inside it: while an exception is being handled, its traceback
-    # keeps every frame it passed through alive, and with them the failed attempt's logits and activations.
+    # keeps every frame it passed through alive, and with them the failed attempt's activations and graph.
     if retry is not None:
         # Too big for one pass: run the two halves of the batch, each weighted 1/2, into the same step.
         print(f"step {step:3d}  {tuple(inputs.shape)} batch: {retry}; retrying in halves")
