@@ -410,3 +410,24 @@ def test_every_way_to_backpropagate_two_losses_gives_the_step_their_sum(tmp_path
     assert losses["sum"][0] > 0
     weights = {m.workload["weights_sum"] for m in runs.values()}
     assert max(weights) - min(weights) < 1e-6
+
+
+def test_an_exercise_file_is_measured_with_all_its_settings_and_only_the_budget_replaced(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    calls = []
+    monkeypatch.setattr(harness, "measure", lambda script, **kwargs: calls.append(kwargs))
+    ex = SimpleNamespace(
+        budget_bytes=BUDGET,
+        alloc_conf="expandable_segments:True",
+        time_limit_s=90,
+        root=tmp_path,
+        checks={"plateau": {}},
+        learner_settings=True,
+    )
+    harness.measure_exercise_file(ex, tmp_path / "train.py")
+    harness.measure_exercise_file(ex, tmp_path / "train.py", budget_bytes=12 * BUDGET)
+    graded, capped = calls
+    assert graded["budget_bytes"] == BUDGET and capped["budget_bytes"] == 12 * BUDGET
+    assert {**graded, "budget_bytes": None} == {**capped, "budget_bytes": None}
+    assert graded["serving"] and graded["settings_free"] and graded["course_root"] == tmp_path

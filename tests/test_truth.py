@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from oomlab.course import Course
+from oomlab.course.originals import shipped_source
 from oomlab.grading import truth
-from oomlab.grading.cheats import CHEATS
+from oomlab.grading.cheats import CHEATS, WRAPPED
 from oomlab.grading.checks import CheckResult
 from oomlab.grading.verdict import Report
+from oomlab.measure.declared import declared_alloc_conf
 from oomlab.measure.harness import Measurement
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +46,36 @@ def test_variant_scripts_are_written_under_the_state_folder_and_the_fix_is_used_
     assert bug.is_relative_to(course.root / ".oomlab" / "variants") and bug.read_text() == ex.learner_path.read_text()
     wrapped = by_name["catch-the-oom"].script()
     assert (wrapped.parent / "wrapped.py").read_text() == ex.learner_path.read_text()  # the cheat runs the bug
+
+
+def test_a_cheat_declares_truly_whether_the_bug_runs_inside_it(course):
+    # The truth check trusts runs_the_bug to add the symptom to a cheat's catchers: hold it to what make() builds.
+    for ex in course.exercises:
+        bug, sol = shipped_source(ex), ex.solution_path.read_text(encoding="utf-8")
+        for cheat in CHEATS:
+            made = cheat.make(bug, sol)
+            if cheat.wraps_the_bug:  # it runs the bug from a file beside it, so the source only names that file
+                assert cheat.runs_the_bug and f"{WRAPPED}.py" in made and bug not in made, cheat.name
+            else:
+                assert cheat.runs_the_bug == (bug in made), (ex.id, cheat.name)
+
+
+def test_a_cheat_that_runs_the_bug_is_caught_by_the_symptom_too(course):
+    for ex in course.exercises:
+        cheats = {v.name: v for v in truth.variants(ex) if v.kind == "cheat"}
+        for cheat in CHEATS:
+            if cheat.name in cheats:
+                assert cheats[cheat.name].expect == cheat.caught_by | ({ex.symptom} if cheat.runs_the_bug else set())
+
+
+def test_allocator_settings_are_read_from_the_source_without_writing_the_script(course):
+    ex = course.get("allocator-settings")
+    runs = truth.variants(ex)
+    confs = [truth.declared_conf(v) for v in runs]
+    assert not list((course.root / ".oomlab").rglob("*.py"))  # nothing written yet
+    assert confs == [declared_alloc_conf(v.script().read_text(encoding="utf-8")) for v in runs]
+    assert any(confs)  # the exercise's fixes do set the allocator's settings
+    assert [v.source() for v in runs] == [v.script().read_text(encoding="utf-8") for v in runs]
 
 
 def fake_report(ex, failed: list[str], stats=STATS) -> Report:

@@ -53,6 +53,18 @@ def _stat(m: Measurement | None, key: str) -> int | None:
     return None if m is None or m.stats is None else m.stats.get(key)
 
 
+def close(a: float, b: float, rtol: float, atol: float) -> bool:
+    """Whether ``a`` agrees with the reference value ``b``: ``|a - b| <= atol + rtol * |b|``.
+
+    For finite values this is ``numpy.isclose``'s rule, and like it not
+    symmetric: the relative part scales with ``b``, so pass the reference
+    second. ``atol`` is what lets values near zero agree, where any relative
+    tolerance is almost nothing. Unlike numpy, nothing is close to a NaN, and
+    two equal infinities are not close either (their difference is NaN).
+    """
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
 class NoOom(Check):
     name = "no_oom"
     why = "The run has to fit the exercise's memory budget: an out-of-memory error ends a real training job."
@@ -65,7 +77,14 @@ class NoOom(Check):
         if m.status == "oom" or ooms > caught_max:
             where = f" at {m.where}" if m.where else ""
             first = first_line(m.message, None) or "CUDA out of memory"
-            caught = "" if m.status == "oom" else f" (the script caught {ooms} and went on)"
+            # The counter also counts OOMs a library caught and recovered from (cuDNN trying a large
+            # workspace and falling back to a smaller one), so it cannot say that the script caught them.
+            caught = (
+                ""
+                if m.status == "oom"
+                else f" ({ooms} allocation(s) failed and were handled inside the run, by the script or by a library "
+                "such as cuDNN falling back to a smaller workspace)"
+            )
             return self.result(False, f"OOM{where}", threshold, f"{first}{caught}")
         return self.result(True, f"{ooms} caught OOM(s)" if ooms else "no OOM", threshold)
 
@@ -230,9 +249,8 @@ class SameResults(Check):
         rtol, atol = params.get("rtol", 1e-3), params.get("atol", 1e-5)
         w, r = m.workload or {}, ref.workload or {}
         threshold = f"rtol {rtol:g}"
-        close = lambda a, b: abs(a - b) <= atol + rtol * abs(b)  # noqa: E731 - numpy.isclose's rule
         if not r.get("optimizer_steps") and "serving" in r:
-            return self._outputs(w, r, close, threshold)
+            return self._outputs(w, r, rtol, atol, threshold)
         losses, ref_losses = w.get("losses", []), r.get("losses", [])
         if len(losses) != len(ref_losses):
             return self.result(
@@ -242,9 +260,9 @@ class SameResults(Check):
                 f"The optimizer stepped {len(losses)} times; the reference steps {len(ref_losses)} times.",
             )
         worst = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses, strict=True)), default=0.0)
-        off = [i for i, (a, b) in enumerate(zip(losses, ref_losses, strict=True)) if not close(a, b)]
+        off = [i for i, (a, b) in enumerate(zip(losses, ref_losses, strict=True)) if not close(a, b, rtol, atol)]
         scale = losses[0] / ref_losses[0] if off and ref_losses and ref_losses[0] else None
-        if scale and scale > 0 and all(close(a, scale * b) for a, b in zip(losses, ref_losses, strict=True)):
+        if scale and scale > 0 and all(close(a, scale * b, rtol, atol) for a, b in zip(losses, ref_losses, strict=True)):
             # Every step's loss the same multiple of the reference's (backward on the unscaled loss, gradients
             # divided afterwards): the same training if the final weights agree, which the lines below decide.
             off, worst = [], 0.0
@@ -260,24 +278,24 @@ class SameResults(Check):
             )
         for key, label in (("weights_sum", "sum"), ("weights_norm", "norm")):
             mine, theirs = w.get(key), r.get(key)
-            if mine is None or theirs is None or not close(mine, theirs):
+            if mine is None or theirs is None or not close(mine, theirs, rtol, atol):
                 return self.result(
                     False,
                     f"weights {label} {mine}",
                     f"{theirs} ({threshold})",
                     f"The final weights differ from the reference's ({label} {mine} vs {theirs}).",
                 )
-        if scale and not off and not close(scale, 1.0):
+        if scale and not off and not close(scale, 1.0, rtol, atol):
             return self.result(True, f"losses {scale:.3g}x the reference's, weights equal", threshold)
         return self.result(True, f"max loss diff {worst:.1e}", threshold)
 
-    def _outputs(self, w, r, close, threshold):
+    def _outputs(self, w, r, rtol, atol, threshold):
         sums, ref_sums = (w.get("serving") or {}).get("output_sums", []), r["serving"]["output_sums"]
         if len(sums) != len(ref_sums):
             return self.result(
                 False, f"{len(sums)} outputs", f"{len(ref_sums)} outputs", "The worker answered a different number of requests."
             )
-        off = [i for i, (a, b) in enumerate(zip(sums, ref_sums, strict=True)) if not close(a, b)]
+        off = [i for i, (a, b) in enumerate(zip(sums, ref_sums, strict=True)) if not close(a, b, rtol, atol)]
         if off:
             i = off[0]
             return self.result(
@@ -293,21 +311,26 @@ class SameResults(Check):
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
-def logged_numbers(stdout: str) -> list[float]:
-    """The numbers a script printed, in order (the harness's own ``[oomlab]`` lines aside)."""
-    lines = [line for line in stdout.splitlines() if not line.startswith("[oomlab]")]
+def logged_numbers(stdout: str, containing: str = "") -> list[float]:
+    """The numbers a script printed, in order (the harness's own ``[oomlab]`` lines aside).
+
+    ``containing`` keeps only the lines with that text in them: the evaluation's
+    lines of a log whose other lines carry timings, which no two runs share.
+    """
+    lines = [line for line in stdout.splitlines() if not line.startswith("[oomlab]") and containing in line]
     return [float(n) for line in lines for n in NUMBER.findall(line)]
 
 
 class SameLog(Check):
     name = "same_log"
     why = "Where the script's log is part of its job (monitoring, evaluation), the fix must still report the same numbers."
-    params = {"rtol": float}
+    params = {"rtol": float, "lines": str}  # lines: compare only the lines that contain this text
 
     def evaluate(self, m, ref, params):
-        rtol = params.get("rtol", 1e-3)
-        mine, theirs = logged_numbers(m.stdout), logged_numbers(ref.stdout)
-        threshold = f"{len(theirs)} numbers, rtol {rtol:g}"
+        rtol, lines = params.get("rtol", 1e-3), params.get("lines", "")
+        mine, theirs = logged_numbers(m.stdout, lines), logged_numbers(ref.stdout, lines)
+        where = f" on lines with {lines!r}" if lines else ""
+        threshold = f"{len(theirs)} numbers{where}, rtol {rtol:g}"
         if len(mine) != len(theirs):
             return self.result(
                 False,
@@ -316,7 +339,8 @@ class SameLog(Check):
                 f"The script printed {len(mine)} numbers; the reference prints {len(theirs)}. Keep what the script "
                 "reports: the monitoring or evaluation it prints is part of the job.",
             )
-        off = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if abs(a - b) > 1e-8 + rtol * abs(b)]
+        # No atol parameter here: a fixed 1e-8 only lets numbers printed as (nearly) zero agree.
+        off = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if not close(a, b, rtol, atol=1e-8)]
         if off:
             i = off[0]
             return self.result(

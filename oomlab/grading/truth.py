@@ -60,16 +60,21 @@ class Variant:
     def id(self) -> str:
         return f"{self.exercise.id}-{self.name}"
 
+    def source(self) -> str:
+        """The text of the run's script, made in memory: what :meth:`script` writes (or, for the fix, points at)."""
+        ex = self.exercise
+        sol = ex.solution_path.read_text(encoding="utf-8")
+        return sol if self.make is None else self.make(shipped_source(ex), sol)
+
     def script(self) -> Path:
         """Where the run's script is: the reference fix itself, or a variant written under ``.oomlab/variants/``."""
         ex = self.exercise
         if self.make is None:
             return ex.solution_path
-        bug, sol = shipped_source(ex), ex.solution_path.read_text(encoding="utf-8")
         path = StateDir(ex.root).variant(ex.id, self.name, ex.file)
-        write_atomic(path, self.make(bug, sol))
+        write_atomic(path, self.source())
         if self.wraps_the_bug:
-            write_atomic(path.with_name(f"{WRAPPED}.py"), bug)
+            write_atomic(path.with_name(f"{WRAPPED}.py"), shipped_source(ex))
         return path
 
 
@@ -83,12 +88,11 @@ def variants(ex: Exercise) -> list[Variant]:
         runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, fix=fix: fix.apply(bug)))
     for alt in ex.alternatives:
         runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, alt=alt: alt.apply(bug)))
-    bug = shipped_source(ex)
     for cheat in CHEATS:
         if ex.learner_settings and cheat.name == "allocator-settings-at-runtime":
             continue  # where the fix is a setting, setting it at run time is a fix, not a cheat
         caught_by = cheat.caught_by
-        if cheat.wraps_the_bug or bug in cheat.make(bug, ""):  # the bug still runs inside it: its symptom catches it too
+        if cheat.runs_the_bug:  # the bug still runs inside it: its symptom catches it too
             caught_by = caught_by | {ex.symptom}
         runs.append(Variant(ex, "cheat", cheat.name, caught_by, cheat.make, cheat.wraps_the_bug))
     return runs
@@ -182,8 +186,11 @@ def exercise_row(ex: Exercise, ref: Measurement, rows: list[dict]) -> dict:
 
 
 def declared_conf(variant: Variant) -> str | None:
-    """The allocator settings a variant's script sets for itself (a server with them forks its runs)."""
-    return declared_alloc_conf(variant.script().read_text(encoding="utf-8"))
+    """The allocator settings a variant's script sets for itself (a server with them forks its runs).
+
+    Read from the source in memory: :func:`check` writes the script when it runs it.
+    """
+    return declared_alloc_conf(variant.source())
 
 
 def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False):

@@ -258,14 +258,17 @@ def collect(tmp: Path, ended: dict, time_limit_s: float) -> dict:
     return result
 
 
-def measure_exercise_file(exercise, script: Path) -> Measurement:
+def measure_exercise_file(exercise, script: Path, *, budget_bytes: int | None = None) -> Measurement:
     """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit.
 
     A warm server of the exercise's course, if one runs with its settings, forks the run.
+    ``budget_bytes`` replaces the exercise's budget and nothing else (None keeps
+    the exercise's own): sizing a budget (:mod:`oomlab.grading.calibrate`) has to
+    measure a run exactly as grading does, under another cap.
     """
     return measure(
         script,
-        budget_bytes=exercise.budget_bytes,
+        budget_bytes=exercise.budget_bytes if budget_bytes is None else budget_bytes,
         alloc_conf=exercise.alloc_conf,
         time_limit_s=exercise.time_limit_s,
         course_root=exercise.root,
