@@ -22,6 +22,11 @@ from oomlab.measure import warm
 from oomlab.steps import step
 from oomlab.tools import presenter
 from oomlab.tools.run import exercise_target, run_tool
+from oomlab.units import MIB, format_bytes
+
+# A longer run records a larger history (a day of the inference worker's traffic: about 80 MiB).
+# Pictures show such a run as well; a download that size is not worth its weight in the repository.
+SNAPSHOT_LIMIT_BYTES = 5 * MIB
 
 
 def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> list[Path]:
@@ -59,12 +64,11 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
             files.append(dest.name)
             written.append(dest)
         snapshot = Path(result["out_dir"]) / "snapshot.pickle"
-        kept = None
+        kept, left_out = None, None
         if snapshot.is_file():  # readers can open it in PyTorch's own viewer
-            dest = out / f"{ex.id}-{variant}-snapshot.pickle"
-            shutil.copyfile(snapshot, dest)
-            written.append(dest)
-            kept = dest.name
+            kept, left_out = keep_snapshot(snapshot, out / f"{ex.id}-{variant}-snapshot.pickle")
+            if kept:
+                written.append(out / kept)
         index["figures"][f"{ex.id}-{variant}"] = {
             "exercise": ex.id,
             "variant": variant,
@@ -74,6 +78,17 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
             "wall_s": m.wall_s,
             "files": files,
             "snapshot": kept,
+            "snapshot_left_out": left_out,
         }
     write_atomic(out / "figures.json", json.dumps(index, indent=2) + "\n")
     return [*written, out / "figures.json"]
+
+
+def keep_snapshot(snapshot: Path, dest: Path) -> tuple[str | None, str | None]:
+    """Copy the snapshot to ``dest`` if it is small enough to ship: ``(file name, None)``, or ``(None, why not)``."""
+    size = snapshot.stat().st_size
+    if size > SNAPSHOT_LIMIT_BYTES:
+        dest.unlink(missing_ok=True)  # a copy from an earlier, shorter run would no longer match the pictures
+        return None, f"{format_bytes(size)}, over the {format_bytes(SNAPSHOT_LIMIT_BYTES)} a download may take"
+    shutil.copyfile(snapshot, dest)
+    return dest.name, None
