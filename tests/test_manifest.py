@@ -57,7 +57,7 @@ def test_invalid_toml(course_copy):
 
 
 def test_missing_key(course_copy):
-    path = edit(course_copy, "eval-graphs", 'title = "The evaluation loop that keeps every graph"\n', "")
+    path = edit(course_copy, "eval-graphs", 'title = "Training fits, validation runs out of memory"\n', "")
     message = load_error(course_copy)
     assert f"{path}: the key 'title' is missing" in message
 
