@@ -1,4 +1,4 @@
-"""Train a deep, wide MLP classifier with AdamW.
+"""Train a deep, wide residual MLP classifier with AdamW.
 
 The model is large and the batch is modest, so most of the memory is the model's
 own: weights, and what training adds to them. The first step runs; the second
@@ -25,14 +25,27 @@ def get_batch(gen):
     return x, (x @ teacher).argmax(dim=1)
 
 
-layers = [nn.Linear(d_in, d_hidden), nn.GELU()]
-for _ in range(n_layers - 2):
-    layers += [nn.Linear(d_hidden, d_hidden), nn.GELU()]
-layers.append(nn.Linear(d_hidden, n_classes))
-model = nn.Sequential(*layers).to(device)
+class ResidualBlock(nn.Module):
+    """x + W·gelu(norm(x)): the skip path keeps a deep stack trainable from the first step."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_hidden)
+        self.fc = nn.Linear(d_hidden, d_hidden)
+
+    def forward(self, x):
+        return x + self.fc(F.gelu(self.norm(x)))
+
+
+model = nn.Sequential(
+    nn.Linear(d_in, d_hidden),
+    *(ResidualBlock() for _ in range(n_layers - 2)),
+    nn.LayerNorm(d_hidden),
+    nn.Linear(d_hidden, n_classes),
+).to(device)
 n_params = sum(p.numel() for p in model.parameters())
 print(f"{n_params / 1e6:.1f}M parameters, {n_params * 4 / 2**20:.0f} MiB of fp32 weights")
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.1, fused=True)
 
 gen = torch.Generator(device=device).manual_seed(0)
 for step in range(1, steps + 1):

@@ -65,13 +65,12 @@ assert cfg.micro_batch * cfg.accum_steps == cfg.batch_size, "micro_batch x accum
 # Data: a synthetic tokenised corpus, generated and kept on the GPU
 
 
-def make_corpus(n_docs, gen):
-    """Documents of random length, padded to block_size + 1 tokens.
+def make_corpus(n_docs, successors, gen):
+    """Documents of random length in rows of block_size + 1 tokens (targets past a length are IGNORE).
 
-    The text is a Markov chain over the vocabulary: each token is followed by one of
-    four successors, so a model can learn it down to a loss of about ln 4.
+    The text is a Markov chain over the vocabulary: each token is followed by one of its
+    four successors, so a model that knows the table reaches a cross-entropy of ln 4.
     """
-    successors = torch.randint(cfg.vocab_size, (cfg.vocab_size, 4), device=device, generator=gen)
     choice = torch.randint(4, (n_docs, cfg.block_size + 1), device=device, generator=gen)
     tokens = torch.empty(n_docs, cfg.block_size + 1, dtype=torch.long, device=device)
     tokens[:, 0] = torch.randint(cfg.vocab_size, (n_docs,), device=device, generator=gen)
@@ -84,7 +83,7 @@ def make_corpus(n_docs, gen):
 
 
 class Batcher:
-    """Groups documents of similar length into batches, to spend less compute on padding.
+    """Groups documents of similar length into batches (padded to one length below, they no longer save compute).
 
     Each batch holds cfg.batch_size documents; it is cut into micro-batches, and every
     micro-batch comes as (inputs, targets) with padding positions marked IGNORE.
@@ -269,22 +268,25 @@ def save_checkpoint(model, optimizer, step, cfg):
 def evaluate(model, batcher, step, logger):
     """Cross-entropy per token on the held-out documents (no label smoothing: it is reported as a perplexity)."""
     model.eval()
+    n_tokens = 0
     for i in range(len(batcher)):
         for inputs, targets in batcher.micro_batches(i, cfg.micro_batch):
             logits = model(inputs)
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
             n = int((targets != IGNORE).sum())
             logger.log(step, "val_loss", loss / n, weight=n)
+            n_tokens += n
     model.train()
-    return logger.mean(step, "val_loss")
+    return logger.mean(step, "val_loss"), n_tokens
 
 
 # -----------------------------------------------------------------------------
 # Setup
 
 gen = torch.Generator(device=device).manual_seed(cfg.data_seed)
-train_tokens, train_lengths = make_corpus(cfg.n_train_docs, gen)
-val_tokens, val_lengths = make_corpus(cfg.n_val_docs, gen)
+successors = torch.randint(cfg.vocab_size, (cfg.vocab_size, 4), device=device, generator=gen)  # one language
+train_tokens, train_lengths = make_corpus(cfg.n_train_docs, successors, gen)
+val_tokens, val_lengths = make_corpus(cfg.n_val_docs, successors, gen)  # held out: other documents, same chain
 train_batches = Batcher(train_tokens, train_lengths, cfg.batch_size, gen)
 val_batches = Batcher(val_tokens, val_lengths, cfg.batch_size, gen, shuffle=False)
 print(f"corpus: {int(train_lengths.sum()):,} training tokens in {len(train_batches)} batches, "
@@ -327,7 +329,7 @@ for step in range(1, cfg.max_steps + 1):
         dt = time.perf_counter() - t0
         print(f"step {step:3d}  {logger.line(step, ['loss', 'grad_norm'])}  lr {lr:.2e}  {dt * 1000:.0f} ms")
 
-val_loss = evaluate(model, val_batches, cfg.max_steps, logger)
-print(f"step {cfg.max_steps:3d}  val_loss {val_loss:.4f}  val_ppl {math.exp(val_loss):.1f}")
+val_loss, val_tokens_seen = evaluate(model, val_batches, cfg.max_steps, logger)
+print(f"step {cfg.max_steps:3d}  val_loss {val_loss:.4f}  val_ppl {math.exp(val_loss):.1f}  ({val_tokens_seen} tokens)")
 path = save_checkpoint(model, optimizer, cfg.max_steps, cfg)
 print(f"saved {path}")

@@ -6,8 +6,8 @@ attending to the keys and values cached from everything said before, appends
 the new keys and values to that conversation's cache, and returns the
 log-probabilities of the next token (the sampler downstream draws the reply
 from them). When a conversation fills its context window, the agent starts a
-new one. An AllocatorMonitor exports the allocator's figures (Prometheus) and a
-RestartPolicy reads them every 100 requests, the way the supervisor does.
+new one. An AllocatorMonitor exports the allocator's figures (Prometheus), and
+every 100 requests a RestartPolicy judges the same statistics, as the supervisor does.
 
 This script replays the first day after a deploy. Six full context windows of
 cache take 864 MiB and the weights 222 MiB, which fits the worker's budget with
@@ -109,7 +109,7 @@ model = ChatModel().to(device).eval()
 
 registry = CollectorRegistry()  # private: the exporter's HTTP server is not started in this replay
 monitor = AllocatorMonitor(device=0, registry=registry)
-policy = RestartPolicy(max_fragmentation=0.5, max_non_releasable_bytes=256 * 2**20, min_uptime_s=3600)
+policy = RestartPolicy(max_fragmentation=0.5, max_non_releasable_bytes=128 * 2**20, min_uptime_s=3600)
 
 
 def figure(name):
