@@ -29,7 +29,7 @@ endif
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(INSTALL_TORCH)
-	$(PIP) -e ".[dev,docs]"
+	$(PIP) -e ".[dev,docs,nbgrader]"
 	touch $@
 
 # A torch named on the command line is installed even when .venv already has one.

@@ -5,6 +5,7 @@
 - :mod:`~oomlab.cli.tools`: the workflow's tools on an exercise or any script
   (snapshot, hunt, profile, diagnose);
 - :mod:`~oomlab.cli.dev`: maintainers' commands under ``oomlab dev`` (verify, figures, facts);
+- :mod:`~oomlab.cli.nbgrader`: instructors' commands under ``oomlab nbgrader`` (build, autograde);
 - :mod:`~oomlab.cli.render`: how measurements and verdicts look in the terminal.
 
 Exit codes: 0 done or passed, 1 the exercise does not pass yet (or the run
@@ -90,13 +91,20 @@ dev_app = typer.Typer(
     no_args_is_help=True,
     help="Maintainers' commands: check the course on a GPU and regenerate what the site shows.",
 )
+nbgrader_app = typer.Typer(
+    cls=PlainHelpGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Instructors' commands: the course as nbgrader assignments, autograded on a GPU, a whole class at once.",
+)
 app.add_typer(dev_app, name="dev")
+app.add_typer(nbgrader_app, name="nbgrader")
 console = Console(highlight=False)
 
 # The commands register themselves on `app` and `dev_app` when their modules load.
-from oomlab.cli import dev, learner, tools  # noqa: E402
+from oomlab.cli import dev, learner, nbgrader, tools  # noqa: E402
 
-__all__ = ["__version__", "app", "console", "dev", "dev_app", "learner", "main", "tools"]
+__all__ = ["__version__", "app", "console", "dev", "dev_app", "learner", "main", "nbgrader", "nbgrader_app", "tools"]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,9 +31,15 @@ class Report:
         return [c.name for c in self.checks if not c.passed]
 
 
-def grade(exercise: Exercise, script: Path, reference: Measurement | None = None) -> Report:
-    """Measure ``script`` under the exercise's budget and check it against the reference."""
-    m = measure_exercise_file(exercise, script)
+def grade(
+    exercise: Exercise, script: Path, reference: Measurement | None = None, measurement: Measurement | None = None
+) -> Report:
+    """Measure ``script`` under the exercise's budget and check it against the reference.
+
+    ``measurement`` is a run of ``script`` measured already (a class's submissions are
+    measured in parallel first, :mod:`oomlab.classroom.classgrade`): it is checked instead.
+    """
+    m = measurement or measure_exercise_file(exercise, script)
     if m.status in MACHINE_PROBLEMS:
         raise machine_error(m, exercise)
     if m.status in SCRIPT_FAILURES:

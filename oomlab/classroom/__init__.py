@@ -1,0 +1,17 @@
+"""The nbgrader course: the same exercises, graded in notebooks on a GPU, a whole class at once.
+
+An instructor runs ``oomlab nbgrader build DIR`` once and then nbgrader's own
+commands. Every notebook is derived from its exercise folder when it is built;
+nothing is kept in step by hand.
+
+- :mod:`~oomlab.classroom.layout`: where everything lives in such a course folder;
+- :mod:`~oomlab.classroom.notebook`: one exercise as a source notebook (cells, points, hidden tests);
+- :mod:`~oomlab.classroom.build`: the course folder itself: ``nbgrader_config.py``, the pinned
+  copy of the exercises the grading measures against, one assignment per module;
+- :mod:`~oomlab.classroom.cells`: what the notebook's locked cells call, in the notebook's
+  kernel: the learner's cell measured in a fresh process, as ``oomlab check`` measures it;
+- :mod:`~oomlab.classroom.preprocessors`: the nbgrader preprocessor that grades only the
+  exercise cell's script, never code run in the grading kernel;
+- :mod:`~oomlab.classroom.classgrade`: a class's submissions measured in parallel on one GPU,
+  then nbgrader's ``autograde``, then who failed which check and why.
+"""

@@ -1,0 +1,208 @@
+"""What an exercise notebook's locked cells call, in the notebook's kernel.
+
+The kernel measures nothing itself: it never imports torch, so it never holds GPU
+memory. :func:`measure` grades the file the exercise cell wrote exactly as
+``oomlab check`` does (:func:`oomlab.grading.verdict.grade`: a fresh process, or
+one forked from a warm server, under the budget, against the reference fix
+measured on the same GPU) and prints the same table. :func:`check` and
+:func:`honest` then turn one check each into a cell's score for nbgrader:
+
+- a cell that returns scores full points: the check passed;
+- a cell that raises scores zero. The exception shows the same lines the terminal
+  shows (what was measured, what was required, why it matters), and nothing else:
+  no traceback into oomlab, and nothing on stderr, which nbgrader scores as a failure.
+
+A run that could not be graded (no GPU, a syntax error, a crash, the time limit,
+a notebook built from another version of the exercise) raises :class:`NotGraded`
+in every graded cell, saying why: no cell passes where nothing was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from oomlab.errors import OomLabError
+
+__all__ = ["CheckFailed", "NotGraded", "check", "honest", "measure"]
+
+
+class _CellError(Exception):
+    """An error a cell shows as its lines alone (IPython renders ``_render_traceback_`` instead of a traceback)."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self.lines[0]}", *self.lines[1:]]
+
+
+class NotGraded(_CellError):
+    """Nothing could be measured, so no check can pass: the reason, and what to do."""
+
+
+class CheckFailed(_CellError):
+    """The run was measured, and this check failed."""
+
+
+@dataclass
+class _Outcome:
+    script_text: str
+    report: object | None  # oomlab.grading.verdict.Report
+    reason: list[str]  # why it was not graded, when report is None
+
+
+_last: dict[str, _Outcome] = {}  # exercise id -> the last grading of its file in this kernel
+_pinned: dict[str, str] = {}  # exercise id -> the sources digest its notebook was built from
+
+
+def _text(renderable) -> str:
+    """A rich renderable as plain text: no colour (the kernel sets FORCE_COLOR), no HTML, as the terminal lays it out."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None, force_terminal=False, force_jupyter=False, highlight=False).print(renderable)
+    return out.getvalue().rstrip()
+
+
+def _error_lines(err: OomLabError) -> list[str]:
+    return [err.what] + ([err.todo] if err.todo else [])
+
+
+def _exercise(ex_id: str):
+    """The exercise to grade against: the class's pinned copy above this notebook, else the installed course."""
+    from oomlab.classroom.layout import PINNED, class_root
+    from oomlab.course import Course
+    from oomlab.course.shipped import shipped_root
+
+    root = class_root()
+    course_root = root / PINNED if root is not None else shipped_root()
+    if course_root is None:
+        raise NotGraded(["This installation of oomlab carries no course to grade against.", "Reinstall it: pip install oomlab"])
+    try:
+        return Course(course_root).get(ex_id)
+    except OomLabError as err:
+        raise NotGraded(_error_lines(err)) from None
+
+
+def _grade(ex_id: str) -> _Outcome:
+    from oomlab.classroom import measured
+    from oomlab.classroom.notebook import magic_line, script_name
+    from oomlab.cli.render import script_failure
+    from oomlab.grading.truth import source_digest
+    from oomlab.grading.verdict import grade
+
+    ex = _exercise(ex_id)
+    if ex_id in _pinned and source_digest(ex) != _pinned[ex_id]:
+        raise NotGraded(
+            [
+                f"This notebook was built from another version of {ex_id} than the one grading would measure against "
+                f"({source_digest(ex)}, the notebook says {_pinned[ex_id]}): its budget, checks or reference fix differ.",
+                "Grade it with the oomlab version and course folder it was built with, or rebuild and re-release it.",
+            ]
+        )
+    script = Path.cwd() / script_name(ex_id)
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise NotGraded(
+            [
+                f"{script.name} was not written, so there is nothing to measure.",
+                f"Run the exercise cell: its first line, {magic_line(ex_id)}, writes it. If you deleted that cell, "
+                "copy it back from the released notebook.",
+            ]
+        ) from None
+    except OSError as err:
+        raise NotGraded([f"Cannot read {script}: {err.strerror or err}.", "Make it readable and run the cell again."]) from None
+    try:
+        report = grade(ex, script, measurement=measured.load(ex, script))
+    except OomLabError as err:  # the machine (no GPU, too small, busy) or the course, not the learner's code
+        return _Outcome(text, None, _error_lines(err))
+    if not report.checks:  # a syntax error, a crash, the time limit: the script did not run to its end
+        m = report.measurement
+        return _Outcome(
+            text, report, [f"The script did not run to its end: {m.ending()}.", *_text(script_failure(m, ex)).splitlines()]
+        )
+    return _Outcome(text, report, [])
+
+
+def _outcome(ex_id: str) -> _Outcome:
+    """The grading of the exercise's file as it is now: the last one if the file has not changed since, else a new one."""
+    last = _last.get(ex_id)
+    if last is not None:
+        from oomlab.classroom.notebook import script_name
+
+        with contextlib.suppress(OSError):
+            if (Path.cwd() / script_name(ex_id)).read_text(encoding="utf-8", errors="replace") == last.script_text:
+                return last
+    with contextlib.redirect_stderr(sys.stdout):  # anything a library prints goes where nbgrader does not score it
+        _last[ex_id] = _grade(ex_id)
+    return _last[ex_id]
+
+
+def _graded(ex_id: str):
+    outcome = _outcome(ex_id)
+    if outcome.report is None or not outcome.report.checks:
+        raise NotGraded(outcome.reason or ["Nothing was measured."])
+    return outcome.report
+
+
+def measure(ex_id: str, sources: str) -> None:
+    """The measuring cell: grade the exercise's file now and print what ``oomlab check`` prints."""
+    from oomlab.cli.render import print_report
+
+    _pinned[ex_id] = sources
+    _last.pop(ex_id, None)
+    try:
+        outcome = _outcome(ex_id)
+    except NotGraded as err:
+        print("\n".join(["Not graded:", *err.lines]))
+        return
+    if outcome.report is None or not outcome.report.checks:
+        print("\n".join(["Not graded:", *outcome.reason]))
+        return
+    report = outcome.report
+    out = io.StringIO()
+    from rich.console import Console
+
+    print_report(
+        Console(file=out, width=100, color_system=None, force_terminal=False, force_jupyter=False, highlight=False), report
+    )
+    print(out.getvalue().rstrip())
+    print(f"{ex_id} {'passes' if report.passed else 'does not pass yet'}.")
+
+
+def check(ex_id: str, name: str) -> None:
+    """A graded cell: passes when the check ``name`` passed on the exercise's file."""
+    report = _graded(ex_id)
+    result = next((c for c in report.checks if c.name == name), None)
+    if result is None:
+        raise NotGraded([f"{ex_id} has no check {name!r}: this notebook does not match its exercise.", "Rebuild the course."])
+    if not result.passed:
+        raise CheckFailed(
+            [
+                f"{name}: {result.measured} (required {result.threshold})",
+                *filter(None, [result.detail]),
+                f"Why it matters: {result.why}",
+            ]
+        )
+    print(f"PASS {name}: {result.measured} (required {result.threshold})")
+
+
+def honest(ex_id: str) -> None:
+    """The hidden part of every graded cell: the run is the same job, measured untouched, or no memory check counts."""
+    from oomlab.classroom.notebook import honesty_checks
+
+    report = _graded(ex_id)
+    wanted = set(honesty_checks(report.exercise))
+    failed = [c for c in report.checks if c.name in wanted and not c.passed]
+    if failed:
+        names = ", ".join(c.name for c in failed)
+        lines = [f"no memory points: the run fails {names}, so it is not the same job measured untouched."]
+        for c in failed:
+            lines += [f"{c.name}: {c.measured} (required {c.threshold})", *filter(None, [c.detail])]
+        raise CheckFailed(lines)

@@ -1,0 +1,283 @@
+"""``oomlab nbgrader autograde ASSIGNMENT``: a class's submissions graded on one GPU, many at once.
+
+nbgrader grades one notebook after another, and each of ours waits for a
+measurement. On one GPU many measurements fit at once, each under its own cap
+(:func:`oomlab.measure.machine.parallel_runs` says how many), so this runs in
+four steps:
+
+1. **Read** every submitted notebook of the assignment. One that is not a
+   notebook (not JSON, not nbformat) would make nbgrader drop the student's whole
+   assignment, so it is moved aside as ``NAME.ipynb.unreadable`` (kept, never
+   deleted) and scores zero, as a missing notebook does, with the reason;
+2. **Measure** the script of each exercise cell, as the grading preprocessor will
+   write it, all at once, forked from warm servers (:mod:`oomlab.measure.warm`),
+   and keep each measurement for the notebook to find (:mod:`oomlab.classroom.measured`);
+3. **Autograde** with nbgrader itself, one ``nbgrader autograde --student`` per
+   student, several at once (the gradebook is SQLite: a run that finds it locked
+   is run again alone). Each notebook's cells find their measurement and check it;
+4. **Report** who scored what, from the gradebook, and for every point lost the
+   check and the reason, from the same checks the cells ran; also as JSON, in
+   ``reports/ASSIGNMENT.json``.
+
+Plain ``nbgrader autograde`` grades the same, one notebook at a time, measuring
+each in turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from oomlab.classroom import measured
+from oomlab.classroom.build import assignments
+from oomlab.classroom.layout import PINNED, class_root
+from oomlab.classroom.notebook import honesty_checks, memory_checks, script_name
+from oomlab.classroom.preprocessors import exercise_cell, script_of
+from oomlab.course import Course
+from oomlab.course.manifest import Exercise
+from oomlab.course.state import StateDir, shown, write_atomic
+from oomlab.errors import OomLabError
+from oomlab.grading.reference import measure_reference
+from oomlab.grading.verdict import grade
+from oomlab.measure import warm
+from oomlab.measure.declared import declared_alloc_conf
+from oomlab.measure.harness import MACHINE_PROBLEMS, child_env, measure_exercise_file
+from oomlab.measure.machine import machine_error, parallel_runs
+
+__all__ = ["ClassReport", "Row", "grade_class", "nbgrader_env"]
+
+UNREADABLE = ".unreadable"
+LOCKED = "database is locked"
+
+
+@dataclass
+class Row:
+    """One student's notebook: its score from the gradebook, and why points were lost."""
+
+    student: str
+    notebook: str
+    score: float | None = None
+    max_score: float | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClassReport:
+    assignment: str
+    rows: list[Row]
+    jobs: int
+    measured: int
+    measure_s: float
+    autograde_s: float
+    failed_students: list[str]
+
+    def to_json(self) -> dict:
+        return {
+            "assignment": self.assignment,
+            "jobs": self.jobs,
+            "scripts_measured": self.measured,
+            "measure_s": round(self.measure_s, 1),
+            "autograde_s": round(self.autograde_s, 1),
+            "students_nbgrader_failed": self.failed_students,
+            "rows": [r.__dict__ for r in self.rows],
+        }
+
+
+@dataclass
+class _Submission:
+    student: str
+    ex: Exercise
+    path: Path  # the submitted notebook
+    script: str | None = None  # what its exercise cell writes; None when it has none
+    problem: str = ""  # why it cannot be graded at all
+
+
+def _course_folder() -> Path:
+    root = class_root()
+    if root is None:
+        raise OomLabError(
+            f"No course folder made by `oomlab nbgrader build` at or above {Path.cwd()}.",
+            "Run this in the folder that `oomlab nbgrader build DIR` made (it holds nbgrader_config.py).",
+        )
+    return root
+
+
+def _submissions(root: Path, course: Course, assignment: str, students: list[str]) -> list[_Submission]:
+    exercises = assignments(course).get(assignment)
+    if exercises is None:
+        raise OomLabError(
+            f"There is no assignment {assignment!r} in this course.", f"The assignments: {', '.join(assignments(course))}."
+        )
+    submitted = root / "submitted"
+    found = sorted(p.name for p in submitted.iterdir() if (p / assignment).is_dir()) if submitted.is_dir() else []
+    for student in students:
+        if student not in found:
+            raise OomLabError(
+                f"{student} has no submission of {assignment} under {shown(submitted)}.",
+                "Collect it first (nbgrader collect or zip_collect).",
+            )
+    subs = []
+    for student in students or found:
+        for ex in exercises:
+            path = submitted / student / assignment / f"{ex.id}.ipynb"
+            sub = _Submission(student, ex, path)
+            if not path.is_file():
+                sub.problem = "not submitted"
+            else:
+                try:
+                    nb = nbformat.read(path, as_version=4)
+                except Exception as err:  # noqa: BLE001 - not JSON, not a notebook, not UTF-8: nbformat raises each its own way
+                    aside = path.with_name(path.name + UNREADABLE)
+                    path.replace(aside)
+                    sub.problem = (
+                        f"the notebook could not be read ({type(err).__name__}: {str(err)[:200]}); it was kept as {aside.name}"
+                    )
+                else:
+                    cell = exercise_cell(nb)
+                    if cell is None:
+                        sub.problem = "the exercise cell was deleted"
+                    else:
+                        sub.script = script_of(cell, script_name(ex.id))
+            subs.append(sub)
+    return subs
+
+
+def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[[str], None]) -> int:
+    """Measure every distinct script once, ``jobs`` at a time, and keep each measurement for its notebooks."""
+    pinned = root / PINNED
+    todo = {(s.ex.id, s.script): s for s in subs if s.script is not None}
+    exercises = list({s.ex.id: s.ex for s in todo.values()}.values())
+    if not exercises:
+        return 0
+    confs = [ex.alloc_conf for ex in exercises] + [c for _, text in todo if (c := declared_alloc_conf(text)) is not None]
+
+    def one(sub: _Submission) -> None:
+        path = _script_path(sub)
+        write_atomic(path, sub.script)
+        m = measure_exercise_file(sub.ex, path)
+        if m.status not in MACHINE_PROBLEMS:
+            measured.store(sub.ex, sub.script, m)
+
+    with contextlib.ExitStack() as stack:
+        for server in stack.enter_context(warm.serving(pinned, confs, child_env)):
+            server.wait_ready()
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))
+        note(f"the reference fixes of {len(exercises)} exercise(s)")
+        for ex, ref in zip(exercises, pool.map(measure_reference, exercises), strict=True):
+            if ref.status in MACHINE_PROBLEMS:
+                raise machine_error(ref, ex)
+        note(f"{len(todo)} distinct script(s), {jobs} at a time")
+        list(pool.map(one, todo.values()))
+    return len(todo)
+
+
+def _script_path(sub: _Submission) -> Path:
+    """Where a submission's script is measured: one folder per distinct script, the file named as the notebook writes it."""
+    return (
+        StateDir(sub.ex.root).path / "class" / "scripts" / measured.cache_path(sub.ex, sub.script).stem / script_name(sub.ex.id)
+    )
+
+
+def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note: Callable[[str], None]) -> list[str]:
+    """``nbgrader autograde`` once per student, ``jobs`` at a time; the students it failed for."""
+    logs = StateDir(root / PINNED).path / "class" / "logs" / assignment
+
+    def one(student: str) -> tuple[str, int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"],
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=nbgrader_env(),
+        )
+        log = done.stdout + done.stderr
+        write_atomic(logs / f"{student}.log", log)
+        return student, done.returncode, log
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(one, students))
+    again = [s for s, code, log in results if LOCKED in log]
+    for student in again:  # SQLite lets one writer in at a time: a run that waited too long goes again, alone
+        note(f"the gradebook was busy for {student}: grading again")
+        results = [r for r in results if r[0] != student] + [one(student)]
+    return sorted(s for s, code, log in results if code != 0 or "There was an error processing assignment" in log)
+
+
+def nbgrader_env() -> dict:
+    """The environment for an nbgrader command: this Python's scripts first on PATH, since nbgrader runs ``alembic``
+    from PATH when it makes the gradebook, and ``jupyter`` to start kernels."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]), "PYTHONUNBUFFERED": "1"}
+
+
+def _reasons(sub: _Submission) -> list[str]:
+    """Why the notebook lost points, from the same measurement and checks its cells used."""
+    if sub.problem:
+        return [sub.problem]
+    m = measured.load(sub.ex, _script_path(sub))
+    if m is None:
+        return ["not measured before autograde: the notebook measured it itself (see its feedback)"]
+    report = grade(sub.ex, Path(m.script), measurement=m)
+    if not report.checks:
+        return [m.ending()]
+    honesty = set(honesty_checks(sub.ex))
+    memory = set(memory_checks(sub.ex))
+    return [
+        f"{c.name}{' (no memory points while it fails)' if c.name in honesty else ''}: {c.measured} (required {c.threshold})"
+        for c in report.checks
+        if not c.passed and c.name in honesty | memory
+    ]
+
+
+def _scores(root: Path, assignment: str, rows: list[Row]) -> None:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for row in rows:
+            try:
+                nb = gb.find_submission_notebook(row.notebook, assignment, row.student)
+            except MissingEntry:
+                row.reasons.insert(0, "nbgrader recorded no grade (its log says why)")
+                continue
+            row.score, row.max_score = nb.score, nb.max_score
+            if nb.needs_manual_grade:
+                row.reasons.append("the interview answer waits for manual grading")
+
+
+def grade_class(
+    assignment: str, students: list[str] | None = None, jobs: int | None = None, note: Callable[[str], None] = lambda _: None
+) -> ClassReport:
+    """Grade every collected submission of ``assignment`` (or those of ``students``); see the module's docstring."""
+    root = _course_folder()
+    course = Course(root / PINNED)
+    subs = _submissions(root, course, assignment, list(students or []))
+    if not subs:
+        raise OomLabError(
+            f"Nobody has submitted {assignment} under {shown(root / 'submitted')}.", "Collect the submissions first."
+        )
+    budgets = [ex.budget_bytes for ex in assignments(course)[assignment]]
+    jobs = jobs or parallel_runs(budgets)
+    start = time.perf_counter()
+    n = _measure_all(root, subs, jobs, note)
+    measure_s = time.perf_counter() - start
+    everyone = sorted({s.student for s in subs})
+    note(f"nbgrader autograde for {len(everyone)} student(s), {jobs} at a time")
+    start = time.perf_counter()
+    failed = _autograde(root, assignment, everyone, jobs, note)
+    autograde_s = time.perf_counter() - start
+    rows = [Row(s.student, s.ex.id, reasons=_reasons(s)) for s in subs]
+    _scores(root, assignment, rows)
+    report = ClassReport(assignment, rows, jobs, n, measure_s, autograde_s, failed)
+    write_atomic(root / "reports" / f"{assignment}.json", json.dumps(report.to_json(), indent=1) + "\n")
+    return report

@@ -1,0 +1,159 @@
+"""One exercise as an nbgrader source notebook, derived from its folder every time it is built.
+
+The cells, in the order a learner meets them:
+
+1. the problem (locked markdown): the exercise's summary, budget and workflow step,
+   and how the notebook is graded;
+2. **the exercise cell**, the only one the learner edits: ``%%writefile train.py``
+   above the buggy script as shipped. Running it writes the script; nothing of it runs
+   in the notebook's kernel, whose allocator would keep every earlier cell's memory;
+3. the measuring cell (locked): the script measured in a fresh process under the
+   budget, against the reference fix, as ``oomlab check`` measures it, and the same table;
+4. one graded cell per memory check (locked, :data:`POINTS_PER_CHECK` points each),
+   whose hidden part (``### BEGIN HIDDEN TESTS``) holds the honesty checks: a fix that
+   trains less, resets the statistics or changes the settings earns no memory points;
+5. the interview question, and a manually graded answer cell (:data:`ANSWER_POINTS`
+   points) whose source holds the model answer, which nbgrader strips from the release.
+
+The exercise cell carries no nbgrader metadata, so ``generate_assignment`` releases
+the buggy script as it is instead of replacing it with a stub; it is found by
+``metadata.oomlab.role`` (:mod:`oomlab.classroom.preprocessors`).
+"""
+
+from __future__ import annotations
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from oomlab.classroom.layout import EXERCISE_ROLE
+from oomlab.course.manifest import Exercise
+from oomlab.course.originals import shipped_source
+from oomlab.grading.checks import ALWAYS
+from oomlab.grading.truth import source_digest
+from oomlab.steps import step
+from oomlab.units import format_bytes
+
+__all__ = [
+    "ANSWER_POINTS",
+    "HONESTY",
+    "MEMORY",
+    "POINTS_PER_CHECK",
+    "build_notebook",
+    "honesty_checks",
+    "magic_line",
+    "memory_checks",
+    "script_name",
+]
+
+# What each check proves. Memory checks earn the points: the run fits, and as well as the
+# reference. Honesty checks earn none of their own, but a run that fails one earns no memory
+# points either: they say whether it is still the same training job, measured untouched.
+MEMORY = frozenset({"no_oom", "peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "plateau"})
+HONESTY = frozenset({"untampered", "settings", "same_workload", "same_results", "same_log", "backward_per_step"})
+POINTS_PER_CHECK = 2
+ANSWER_POINTS = 2
+MAGIC = "%%writefile"
+
+
+def memory_checks(ex: Exercise) -> list[str]:
+    """The exercise's checks that earn points, in its manifest's order."""
+    return [name for name in ex.checks if name in MEMORY]
+
+
+def honesty_checks(ex: Exercise) -> list[str]:
+    """The checks every graded cell requires, hidden from the release: the two every run gets, then the manifest's."""
+    return list(ALWAYS) + [name for name in ex.checks if name in HONESTY and name not in ALWAYS]
+
+
+def script_name(ex_id: str) -> str:
+    """The file an exercise cell writes, beside its notebook: one per exercise, since an assignment's notebooks share a folder."""
+    return f"{ex_id}.py"
+
+
+def magic_line(ex_id: str) -> str:
+    """The exercise cell's first line: it writes the cell to the file that is measured."""
+    return f"{MAGIC} {script_name(ex_id)}"
+
+
+def _nbgrader(grade_id: str, *, grade: bool = False, solution: bool = False, locked: bool = False, points: float = 0) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution, "task": False}
+    if grade:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def _problem(ex: Exercise) -> str:
+    memory, honesty = memory_checks(ex), honesty_checks(ex)
+    return "\n".join(
+        [
+            f"# {ex.title}",
+            "",
+            f"*Workflow step: {step(ex.step).label}. Memory budget: {format_bytes(ex.budget_bytes)}.*",
+            "",
+            ex.summary,
+            "",
+            "## How this notebook is graded",
+            "",
+            f"1. Fix the script in the next cell and run it: it writes `{script_name(ex.id)}`. Nothing of it runs in this "
+            "notebook's kernel, whose caching allocator would keep every earlier cell's memory.",
+            f"2. The cell after it measures `{script_name(ex.id)}` in a fresh process under the budget and compares it with the "
+            f"reference fix measured on the same GPU, as `oomlab check {ex.id}` does in a terminal.",
+            f"3. Each memory check below earns {POINTS_PER_CHECK} points: {', '.join(f'`{n}`' for n in memory)}. "
+            "At grading, each also requires that the run is still the same job, measured untouched: "
+            f"{', '.join(f'`{n}`' for n in honesty)}. A fix that trains less, resets the statistics or changes the "
+            "allocator's settings earns none of them.",
+            f"4. The interview question at the end is marked by hand ({ANSWER_POINTS} points).",
+            "",
+            "Work the three-step way: snapshot, hunt references, profile the peak; hyperparameters last. "
+            f"In a terminal, `oomlab snapshot --budget {ex.budget_mib:g}MiB {script_name(ex.id)}` (and `hunt`, `profile`) "
+            "run the tools on the file this notebook writes. Only the next cell is graded: code in cells you add "
+            "is not run at grading.",
+        ]
+    )
+
+
+def build_notebook(ex: Exercise) -> nbformat.NotebookNode:
+    """The source notebook of ``ex``, ready for ``nbgrader generate_assignment``."""
+    call = f"{ex.id!r}"
+    cells = [
+        new_markdown_cell(_problem(ex), metadata=_nbgrader("problem", locked=True)),
+        new_code_cell(
+            f"{magic_line(ex.id)}\n{shipped_source(ex)}",
+            metadata={"oomlab": {"role": EXERCISE_ROLE, "exercise": ex.id}},
+        ),
+        new_code_cell(
+            "# Measures the file the cell above wrote, in a fresh process under the budget, against the reference fix.\n"
+            "from oomlab.classroom import cells\n\n"
+            f"cells.measure({call}, sources={source_digest(ex)!r})",
+            metadata=_nbgrader("measure", locked=True),
+        ),
+    ]
+    honest = f"cells.honest({call})"
+    for name in memory_checks(ex):
+        cells.append(
+            new_code_cell(
+                f"from oomlab.classroom import cells\n\ncells.check({call}, {name!r})\n### BEGIN HIDDEN TESTS\n{honest}\n### END HIDDEN TESTS",
+                metadata=_nbgrader(f"check-{name}", grade=True, locked=True, points=POINTS_PER_CHECK),
+            )
+        )
+    cells += [
+        new_markdown_cell(
+            f"## Interview question\n\n{ex.interview.question}\n\nAnswer in the next cell as you would aloud, in about two "
+            "minutes: what you look at first, what the numbers tell you, the fix, and how you check it.",
+            metadata=_nbgrader("interview-question", locked=True),
+        ),
+        new_markdown_cell(
+            f"### BEGIN SOLUTION\n{ex.interview.answer}\n### END SOLUTION",
+            metadata=_nbgrader("interview-answer", grade=True, solution=True, points=ANSWER_POINTS),
+        ),
+    ]
+    nb = new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+            "oomlab": {"exercise": ex.id, "sources": source_digest(ex)},
+        },
+    )
+    nbformat.validate(nb)
+    return nb

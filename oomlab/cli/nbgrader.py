@@ -1,0 +1,91 @@
+"""``oomlab nbgrader``: the instructors' commands, an nbgrader course made from the exercises and graded on a GPU.
+
+- ``build DIR``: the course folder (:mod:`oomlab.classroom.build`), then nbgrader's own commands;
+- ``autograde ASSIGNMENT``: a class's submissions measured at once, then ``nbgrader autograde``,
+  then who lost which points and why (:mod:`oomlab.classroom.classgrade`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from oomlab.cli import console, nbgrader_app
+from oomlab.errors import OomLabError
+
+
+def _classroom():
+    """The nbgrader extra, or one message saying how to install it."""
+    try:
+        import nbformat  # noqa: F401
+        import nbgrader  # noqa: F401
+    except ImportError as err:
+        raise OomLabError(
+            f"nbgrader is not installed here ({err.name} is missing).",
+            "Install the instructors' extra: pip install 'oomlab[nbgrader]' (in a checkout: pip install -e '.[nbgrader]').",
+        ) from None
+
+
+@nbgrader_app.command()
+def build(folder: Path = typer.Argument(..., help="a new or empty folder, or one an earlier build made")) -> None:
+    """Write an nbgrader course: nbgrader_config.py, the pinned exercises, one assignment per module."""
+    _classroom()
+    from oomlab.classroom.build import build_course
+
+    built = build_course(folder)
+    console.print(
+        f"Wrote the nbgrader course into {built.root} ({built.written} files"
+        + (f", {built.removed} removed)." if built.removed else ").")
+    )
+    table = Table(header_style="bold")
+    table.add_column("assignment")
+    table.add_column("notebooks")
+    for name, ids in built.assignments.items():
+        table.add_row(name, ", ".join(ids))
+    console.print(table)
+    first = next(iter(built.assignments))
+    console.print(Text(f"  cd {folder}\n  nbgrader generate_assignment {first}", style="bold cyan"))
+    console.print("The instructor's guide (README, and the site's page for instructors) has every step after that.")
+
+
+@nbgrader_app.command()
+def autograde(
+    assignment: str = typer.Argument(..., help="an assignment (a module), as `build` listed them"),
+    student: Optional[list[str]] = typer.Option(None, "--student", help="grade only this student (repeat for more)"),
+    jobs: int = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)"),
+) -> None:
+    """Grade a class on this GPU: measure every submission at once, run nbgrader's autograde, say who lost what and why."""
+    _classroom()
+    from oomlab.classroom.classgrade import grade_class
+
+    with console.status(f"Grading {assignment}…") as status:
+        report = grade_class(
+            assignment, student or None, jobs or None, note=lambda msg: status.update(f"Grading {assignment}: {msg}…")
+        )
+    table = Table(
+        header_style="bold", title=f"{assignment}: {len({r.student for r in report.rows})} student(s)", title_justify="left"
+    )
+    for col in ("student", "notebook", "score", "points lost: which check, why"):
+        table.add_column(col, overflow="fold")
+    for row in report.rows:
+        score = "—" if row.score is None else f"{row.score:g} / {row.max_score:g}"
+        table.add_row(row.student, row.notebook, score, "\n".join(row.reasons) or Text("none", style="green"))
+    console.print(table)
+    console.print(
+        f"Measured {report.measured} distinct script(s) in {report.measure_s:.0f} s and autograded in {report.autograde_s:.0f} s, "
+        f"{report.jobs} at a time. The report is in reports/{assignment}.json; nbgrader's feedback: "
+        f"nbgrader generate_feedback {assignment}."
+    )
+    if report.failed_students:
+        console.print(
+            Text(
+                f"nbgrader could not autograde {', '.join(report.failed_students)}: its logs are in "
+                f"oomlab-course/.oomlab/class/logs/{assignment}/.",
+                style="bold red",
+            )
+        )
+        raise typer.Exit(1)
