@@ -1,0 +1,201 @@
+"""The nbgrader course's parts, without nbgrader running: notebooks, the build, the cells' scoring, a class's submissions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.nbgraderformat import MetadataValidator
+
+from oomlab.classroom import cells
+from oomlab.classroom.build import build_course
+from oomlab.classroom.classgrade import UNREADABLE, _submissions
+from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
+from oomlab.classroom.notebook import HONESTY, MEMORY, build_notebook, honesty_checks, magic_line, memory_checks
+from oomlab.course import Course
+from oomlab.course.originals import shipped_source
+from oomlab.errors import OomLabError
+from oomlab.grading.checks import CHECKS, CheckResult
+from oomlab.grading.truth import source_digest
+from oomlab.grading.verdict import Report
+from oomlab.measure.harness import Measurement
+
+REPO = Path(__file__).resolve().parents[1]
+COURSE = Course(REPO)
+
+
+def test_every_check_either_earns_points_or_guards_them():
+    assert set(CHECKS) == MEMORY | HONESTY
+    assert not MEMORY & HONESTY
+
+
+@pytest.mark.parametrize("ex", COURSE.exercises, ids=lambda e: e.id)
+def test_each_exercise_notebook_is_its_folder(ex):
+    nb = build_notebook(ex)
+    nbformat.validate(nb)
+    MetadataValidator().validate_nb(nb)  # what nbgrader checks before it generates an assignment
+    exercise = [c for c in nb.cells if c.metadata.get("oomlab", {}).get("role") == "exercise"]
+    assert [c.source for c in exercise] == [f"{magic_line(ex.id)}\n{shipped_source(ex)}"]
+    assert "nbgrader" not in exercise[0].metadata, "generate_assignment would replace a solution cell with a stub"
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
+    assert [c.metadata.nbgrader.grade_id for c in graded] == [f"check-{n}" for n in memory_checks(ex)]
+    assert memory_checks(ex), "every exercise has a check that earns points"
+    for c in graded:
+        hidden = c.source.split("### BEGIN HIDDEN TESTS\n", 1)[1]
+        assert hidden.startswith(f"cells.honest({ex.id!r})")
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "interview-answer")
+    assert answer.metadata.nbgrader.solution and ex.interview.answer in answer.source
+    assert f"sources={source_digest(ex)!r}" in json.dumps(nb.cells)
+
+
+def test_build_writes_the_course_and_a_rebuild_changes_nothing(tmp_path):
+    built = build_course(tmp_path / "class")
+    root = built.root
+    assert (root / CONFIG).read_text().count(LOAD_OURS) == 1
+    assert Course(root / PINNED).exercises, "the pinned copy is a course of its own"
+    for module, ids in built.assignments.items():
+        assert sorted(p.stem for p in (root / "source" / module).glob("*.ipynb")) == sorted(ids)
+    assert not list((root / "source").rglob("solutions")), "nothing under source/ is released that the students may not see"
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    again = build_course(root)
+    assert again.removed == 0
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_rebuild_keeps_the_instructors_config_and_refuses_over_an_edit(tmp_path):
+    root = build_course(tmp_path / "class").root
+    mine = (root / CONFIG).read_text() + 'c.CourseDirectory.course_id = "gpu-101"\n'
+    (root / CONFIG).write_text(mine)
+    build_course(root)
+    assert (root / CONFIG).read_text() == mine
+    notebook = next((root / "source").rglob("*.ipynb"))
+    notebook.write_text(notebook.read_text().replace("Interview question", "Interview"))
+    edited = notebook.read_bytes()
+    ours = (root / OURS).read_bytes()
+    (root / OURS).write_text("# stale\n")  # ours is ours: a rebuild may write it, but not while an edit stands
+    with pytest.raises(OomLabError, match=notebook.name):
+        build_course(root)
+    assert notebook.read_bytes() == edited and (root / OURS).read_text() == "# stale\n"
+    assert ours != b"# stale\n"
+
+
+def test_build_never_writes_into_a_folder_it_did_not_make(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(OomLabError, match="not a course"):
+        build_course(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+    (tmp_path / "mine.txt").unlink()
+    build_course(tmp_path)
+    (tmp_path / BUILT).write_text("{")
+    with pytest.raises(OomLabError, match="damaged"):
+        build_course(tmp_path)
+
+
+@pytest.fixture
+def class_folder(tmp_path, monkeypatch) -> Path:
+    root = build_course(tmp_path / "class").root
+    folder = root / "autograded" / "ada" / "production"
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(folder)
+    cells._last.clear()
+    cells._pinned.clear()
+    return root
+
+
+def result(name: str, passed: bool) -> CheckResult:
+    return CheckResult(name, passed, "measured", "required", "why it matters", "" if passed else "what differs")
+
+
+def fake_report(ex_id: str, failing: set[str], root: Path) -> cells._Outcome:
+    """A report with chosen checks failing: the cells' scoring is under test here, not the measuring."""
+    ex = Course(root / PINNED).get(ex_id)
+    names = honesty_checks(ex) + memory_checks(ex)
+    m = Measurement(script="x.py", status="ok", stats={})
+    return cells._Outcome(
+        (Path.cwd() / f"{ex_id}.py").read_text(), Report(ex, m, m, [result(n, n not in failing) for n in names]), []
+    )
+
+
+def test_a_memory_check_earns_its_points_only_on_an_honest_run(class_folder, capsys):
+    (Path.cwd() / "inference-worker.py").write_text("print('fixed')\n")
+    cells._last["inference-worker"] = fake_report("inference-worker", set(), class_folder)
+    cells.check("inference-worker", "no_oom")
+    cells.honest("inference-worker")
+    assert "PASS no_oom" in capsys.readouterr().out
+    cells._last["inference-worker"] = fake_report("inference-worker", {"same_workload"}, class_folder)
+    cells.check("inference-worker", "no_oom")  # what the learner sees: the memory check itself passed
+    with pytest.raises(cells.CheckFailed) as err:
+        cells.honest("inference-worker")  # what grading adds: the hidden part fails the cell
+    assert "same_workload" in err.value.lines[0]
+    cells._last["inference-worker"] = fake_report("inference-worker", {"no_oom"}, class_folder)
+    with pytest.raises(cells.CheckFailed) as err:
+        cells.check("inference-worker", "no_oom")
+    assert err.value._render_traceback_()[0].startswith("CheckFailed: no_oom")
+    assert "Why it matters" in err.value._render_traceback_()[-1]
+
+
+def test_no_cell_passes_where_nothing_was_written(class_folder, capsys):
+    ex = Course(class_folder / PINNED).get("inference-worker")
+    cells.measure("inference-worker", sources=source_digest(ex))
+    assert "inference-worker.py was not written" in capsys.readouterr().out
+    with pytest.raises(cells.NotGraded, match="was not written"):
+        cells.check("inference-worker", "no_oom")
+
+
+def test_a_notebook_of_another_version_is_not_graded(class_folder, capsys):
+    (Path.cwd() / "inference-worker.py").write_text("print('fixed')\n")
+    cells.measure("inference-worker", sources="0" * 16)
+    assert "another version of inference-worker" in capsys.readouterr().out
+    with pytest.raises(cells.NotGraded, match="another version"):
+        cells.check("inference-worker", "no_oom")
+
+
+def test_an_unreadable_notebook_is_kept_aside_and_scores_zero_with_its_reason(class_folder):
+    source = class_folder / "source" / "production" / "inference-worker.ipynb"
+    for student, content in (("ada", None), ("bo", "this is not json"), ("cy", "")):
+        folder = class_folder / "submitted" / student / "production"
+        folder.mkdir(parents=True)
+        if content is None:
+            shutil.copy(source, folder)
+        else:
+            (folder / source.name).write_text(content)
+    (class_folder / "submitted" / "dee" / "production").mkdir(parents=True)  # submitted the assignment, not this notebook
+    subs = {s.student: s for s in _submissions(class_folder, Course(class_folder / PINNED), "production", [])}
+    assert subs["ada"].script == shipped_source(Course(class_folder / PINNED).get("inference-worker"))
+    for student in ("bo", "cy"):
+        assert "could not be read" in subs[student].problem
+        kept = class_folder / "submitted" / student / "production" / (source.name + UNREADABLE)
+        assert kept.is_file() and not kept.with_suffix("").exists()
+    assert (class_folder / "submitted" / "bo" / "production" / (source.name + UNREADABLE)).read_text() == "this is not json"
+    assert subs["dee"].problem == "not submitted"
+    with pytest.raises(OomLabError, match="no submission"):
+        _submissions(class_folder, Course(class_folder / PINNED), "production", ["zed"])
+    with pytest.raises(OomLabError, match="no assignment"):
+        _submissions(class_folder, Course(class_folder / PINNED), "nope", [])
+
+
+def oomlab(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_autograde_without_a_gpu_says_so_and_leaves_the_gradebook_alone(class_folder):
+    folder = class_folder / "submitted" / "ada" / "production"
+    folder.mkdir(parents=True)
+    shutil.copy(class_folder / "source" / "production" / "inference-worker.ipynb", folder)
+    done = oomlab(class_folder, "nbgrader", "autograde", "production")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "No CUDA GPU" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert not (class_folder / "gradebook.db").exists()
+    assert not list((class_folder / "autograded" / "ada" / "production").glob("*.ipynb"))
+
+
+def test_autograde_outside_a_course_folder_says_where_to_run_it(tmp_path):
+    done = oomlab(tmp_path, "nbgrader", "autograde", "production")
+    assert done.returncode == 2 and "nbgrader_config.py" in " ".join(done.stdout.split())
