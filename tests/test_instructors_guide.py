@@ -1,0 +1,92 @@
+"""The instructor's guide, followed as written: every command of its flow, in its order, in a fresh folder.
+
+The commands are read from the guide's page (``course/instructors.md``), so the
+guide cannot drift from what works. A student fetches and submits through a local
+exchange in between, as nbgrader's own commands do it. Without a GPU,
+``oomlab nbgrader autograde`` must refuse (nothing can be measured, and it must not
+record zeros), and the guide's alternative, plain ``nbgrader autograde``, grades.
+``nbgrader formgrader`` starts a server for marking by hand and is only checked to exist.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from oomlab.classroom.classgrade import nbgrader_env
+from oomlab.grading.pytest_plugin import cuda_available
+
+GUIDE = Path(__file__).resolve().parents[1] / "course" / "instructors.md"
+
+
+def guide_commands() -> list[list[str]]:
+    """The commands of the guide's flow: its first ``sh`` block, one a line, without comments."""
+    block = re.search(r"## From build to grades.*?```sh\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S).group(1)
+    return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def run(words: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    program = {"oomlab": [sys.executable, "-m", "oomlab"], "nbgrader": [sys.executable, "-m", "nbgrader"]}[words[0]]
+    done = subprocess.run(
+        program + words[1:], cwd=cwd, capture_output=True, text=True, timeout=600, env={**nbgrader_env(), "COLUMNS": "200", **env}
+    )
+    return done
+
+
+def test_the_guide_names_the_whole_flow():
+    verbs = [" ".join(w[:3] if w[0] == "oomlab" else w[:2]) for w in guide_commands()]
+    assert verbs == [
+        "oomlab nbgrader build",
+        "cd gpu-memory-course",
+        "nbgrader generate_assignment",
+        "nbgrader release_assignment",
+        "nbgrader collect",
+        "oomlab nbgrader autograde",
+        "nbgrader formgrader",
+        "nbgrader generate_feedback",
+        "nbgrader release_feedback",
+        "nbgrader export",
+    ]
+
+
+def test_the_guide_works_as_written(tmp_path):
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    student = tmp_path / "student-home"
+    student.mkdir()
+    cwd = tmp_path
+    assignment = None
+    for words in guide_commands():
+        if words[0] == "cd":
+            cwd = cwd / words[1]
+            # The guide's step 3: an exchange is set in nbgrader_config.py, below the line that loads ours.
+            with open(cwd / "nbgrader_config.py", "a") as config:
+                config.write(f'c.Exchange.root = "{exchange}"\n')
+            continue
+        if words[:2] == ["nbgrader", "formgrader"]:
+            assert run(["nbgrader", "formgrader", "--help"], cwd).returncode == 0
+            continue
+        if words[:2] == ["nbgrader", "collect"]:  # a student fetches and submits first, with nbgrader's student commands
+            for verb in ("fetch_assignment", "submit"):
+                done = run(["nbgrader", verb, assignment, "--course", "oomlab", f"--Exchange.root={exchange}"], student)
+                assert done.returncode == 0, done.stdout + done.stderr
+        done = run(words, cwd)
+        out = done.stdout + done.stderr
+        if words[:3] == ["oomlab", "nbgrader", "autograde"] and not cuda_available():
+            assert done.returncode == 2 and "No CUDA GPU" in " ".join(out.split()), out
+            assert not (cwd / "autograded").exists(), "nothing is recorded where nothing was measured"
+            done = run(["nbgrader", "autograde", assignment], cwd)  # the guide's alternative
+            out = done.stdout + done.stderr
+        assert done.returncode == 0 and "Traceback" not in out, out
+        if words[:2] == ["nbgrader", "generate_assignment"]:
+            assignment = words[2]
+    me = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    assert list((cwd / "feedback").glob(f"*/{assignment}/*.html"))
+    with open(cwd / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["student_id"] for r in rows] == [me]
