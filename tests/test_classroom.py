@@ -199,3 +199,20 @@ def test_autograde_without_a_gpu_says_so_and_leaves_the_gradebook_alone(class_fo
 def test_autograde_outside_a_course_folder_says_where_to_run_it(tmp_path):
     done = oomlab(tmp_path, "nbgrader", "autograde", "production")
     assert done.returncode == 2 and "nbgrader_config.py" in " ".join(done.stdout.split())
+
+
+def test_the_benchmarks_class_holds_every_variant_with_its_verdict(class_folder):
+    from oomlab.bench.classroom import make_class, variants
+
+    shutil.copytree(
+        class_folder / "source" / "snapshot", class_folder / "release" / "snapshot"
+    )  # the exercise cells are the same
+    made = make_class(class_folder, "snapshot", 12)
+    course = Course(class_folder / PINNED)
+    for ex_id in ("feature-cache", "ragged-batches", "allocator-settings"):
+        runs = variants(course.get(ex_id))
+        assert [made[(f"student-{k + 1:03d}", ex_id)][0] for k in range(len(runs))] == [name for name, _, _ in runs]
+        assert made[("student-001", ex_id)] == ("reference", True) and made[("student-002", ex_id)] == ("bug", False)
+        nb = json.loads((class_folder / "submitted" / "student-002" / "snapshot" / f"{ex_id}.ipynb").read_text())
+        exercise = next(c for c in nb["cells"] if c["metadata"].get("oomlab", {}).get("role") == "exercise")
+        assert exercise["source"] == f"{magic_line(ex_id)}\n{shipped_source(course.get(ex_id))}"

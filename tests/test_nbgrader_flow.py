@@ -209,3 +209,17 @@ def test_export_lists_every_student(graded):
     with open(graded["root"] / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert {r["student_id"] for r in rows} == set(graded["students"])
+
+
+@pytest.mark.gpu
+def test_grading_the_class_at_once_scores_as_nbgrader_alone_does(graded, monkeypatch):
+    """``oomlab nbgrader autograde`` (measured first, many at once) against the plain autograde above: the same scores."""
+    from oomlab.classroom.classgrade import grade_class
+
+    monkeypatch.chdir(graded["root"])
+    report = grade_class(ASSIGNMENT)
+    assert {r.student: r.score for r in report.rows} == graded["scores"]
+    assert report.measured >= len(graded["students"]) - 3  # the syntax error and the deleted exercise are not measured
+    by_student = {r.student: r for r in report.rows}
+    assert any("untampered" in why for why in by_student["reset-peak-stats"].reasons)
+    assert by_student["reference"].reasons == ["the interview answer waits for manual grading"]

@@ -16,7 +16,10 @@ init`` (the learner's view: solutions in the package, references cached under
 
 ``scripts`` rows time the tools on scripts that are not in the course (this
 package's ``long_history.py``: 840 optimizer steps), uncapped, beside their
-plain run. ``verify_wall_s`` times the whole ``oomlab dev verify``.
+plain run. ``verify_wall_s`` times the whole ``oomlab dev verify``. ``class``
+times ``oomlab nbgrader autograde`` on a class of students made from the
+exercises' variants (:mod:`oomlab.bench.classroom`), and says whether every
+submission scored as its variant should.
 
 A benchmark, not a test: nothing here passes or fails; the targets are written
 beside the figures, met or not.
@@ -184,6 +187,8 @@ def bench(
     scripts: bool,
     verify: bool,
     note: Callable[[str], None] = lambda _: None,
+    class_size: int = 0,
+    assignment: str = "snapshot",
 ) -> Iterator[dict]:
     """Time the exercises (those in ``only``, or all), the scripts and the whole truth check.
 
@@ -220,6 +225,11 @@ def bench(
                 "verify_runner": report.get("runner"),
                 "verify_created": sitting["created"],
             }
+        if class_size:
+            from oomlab.bench.classroom import bench_class
+
+            note(f"grading a class of {class_size} ({assignment})")
+            yield {**sitting, "class": {**bench_class(folder / "class", assignment, class_size), **sitting}}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -251,4 +261,7 @@ def targets(report: dict) -> dict:
     }
     if "verify_wall_s" in report:
         met["verify_under_30_s"] = report["verify_wall_s"] < 30
+    if "class" in report:
+        c = report["class"]
+        met[f"class_of_{c['students']}_under_5_min"] = c["wall_s"] < 300 and c["verdicts_as_expected"]
     return met

@@ -264,9 +264,11 @@ def bench(
     scripts: bool = typer.Option(True, "--scripts/--no-scripts", help="time the tools on scripts that are not in the course"),
     verify_too: bool = typer.Option(True, "--verify/--no-verify", help="time the whole `oomlab dev verify` as well"),
     repeat: int = typer.Option(3, min=3, help="runs per figure; each figure is their median"),
+    class_size: int = typer.Option(0, "--class", min=0, help="also time grading a class of this many students (nbgrader)"),
+    assignment: str = typer.Option("snapshot", help="the assignment the class submits, with --class"),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
 ) -> None:
-    """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify.
+    """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
 
     The figures are merged into the report row by row, as each is measured: a sitting cut short keeps its rows.
     """
@@ -278,7 +280,14 @@ def bench(
     report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     with console.status("Benchmarking…") as status:
         for now in run_bench(
-            exercise, repeat, exercises, scripts, verify_too, note=lambda s: status.update(f"Benchmarking {s}…")
+            exercise,
+            repeat,
+            exercises,
+            scripts,
+            verify_too,
+            note=lambda s: status.update(f"Benchmarking {s}…"),
+            class_size=class_size,
+            assignment=assignment,
         ):
             report = merge(report, now)
             write_atomic(path, json.dumps(report, indent=2) + "\n")
@@ -293,6 +302,11 @@ def bench(
     console.print(table)
     if "verify_wall_s" in report:
         console.print(f"oomlab dev verify: {report['verify_wall_s']} s ({report['verify_created']})")
+    if "class" in report:
+        c = report["class"]
+        console.print(
+            f"A class of {c['students']} ({c['notebooks']} notebooks of {c['assignment']}) graded in {c['wall_s']} s ({c['created']})"
+        )
     for target, met in report["targets"].items():
         console.print(Text(f"{'✓' if met else '✗'} {target.replace('_', ' ')}", style="green" if met else "yellow"))
     console.print(f"Wrote {relpath(path, course.root)}")
