@@ -223,3 +223,17 @@ def test_grading_the_class_at_once_scores_as_nbgrader_alone_does(graded, monkeyp
     by_student = {r.student: r for r in report.rows}
     assert any("untampered" in why for why in by_student["reset-peak-stats"].reasons)
     assert by_student["reference"].reasons == ["the interview answer waits for manual grading"]
+
+
+def test_the_class_report_reads_the_gradebook(graded):
+    """Scores as nbgrader recorded them; a student nbgrader had nothing of to grade scores zero out of the notebook's points."""
+    from oomlab.classroom.classgrade import Row, _scores
+
+    rows = [Row("reference", EXERCISE), Row("unreadable-only", EXERCISE, reasons=["the notebook could not be read"])]
+    _scores(graded["root"], ASSIGNMENT, rows, {"reference"})
+    assert rows[0].score == graded["scores"]["reference"] and rows[0].reasons == ["the interview answer waits for manual grading"]
+    ex = Course(REPO).get(EXERCISE)
+    from oomlab.classroom.notebook import ANSWER_POINTS
+
+    assert (rows[1].score, rows[1].max_score) == (0.0, POINTS_PER_CHECK * len(memory_checks(ex)) + ANSWER_POINTS)
+    assert rows[1].reasons == ["the notebook could not be read"]

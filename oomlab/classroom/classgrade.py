@@ -240,7 +240,7 @@ def _reasons(sub: _Submission) -> list[str]:
     ]
 
 
-def _scores(root: Path, assignment: str, rows: list[Row]) -> None:
+def _scores(root: Path, assignment: str, rows: list[Row], graded: set[str]) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
@@ -248,7 +248,12 @@ def _scores(root: Path, assignment: str, rows: list[Row]) -> None:
             try:
                 nb = gb.find_submission_notebook(row.notebook, assignment, row.student)
             except MissingEntry:
-                row.reasons.insert(0, "nbgrader recorded no grade (its log says why)")
+                if row.student in graded:
+                    row.reasons.insert(0, "nbgrader recorded no grade (its log says why)")
+                else:  # nothing of theirs could be read: nbgrader had nothing to grade
+                    row.score = 0.0
+                    with contextlib.suppress(MissingEntry):
+                        row.max_score = gb.find_notebook(row.notebook, assignment).max_score
                 continue
             row.score, row.max_score = nb.score, nb.max_score
             if nb.needs_manual_grade:
@@ -271,13 +276,14 @@ def grade_class(
     start = time.perf_counter()
     n = _measure_all(root, subs, jobs, note)
     measure_s = time.perf_counter() - start
-    everyone = sorted({s.student for s in subs})
+    # A student with no readable notebook has nothing for nbgrader to grade (it would fail on them): zero, with the reasons.
+    everyone = sorted({s.student for s in subs if s.path.is_file()})
     note(f"nbgrader autograde for {len(everyone)} student(s), {jobs} at a time")
     start = time.perf_counter()
-    failed = _autograde(root, assignment, everyone, jobs, note)
+    failed = _autograde(root, assignment, everyone, jobs, note) if everyone else []
     autograde_s = time.perf_counter() - start
     rows = [Row(s.student, s.ex.id, reasons=_reasons(s)) for s in subs]
-    _scores(root, assignment, rows)
+    _scores(root, assignment, rows, set(everyone))
     report = ClassReport(assignment, rows, jobs, n, measure_s, autograde_s, failed)
     write_atomic(root / "reports" / f"{assignment}.json", json.dumps(report.to_json(), indent=1) + "\n")
     return report

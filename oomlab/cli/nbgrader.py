@@ -72,7 +72,7 @@ def autograde(
     for col in ("student", "notebook", "score", "points lost: which check, why"):
         table.add_column(col, overflow="fold")
     for row in report.rows:
-        score = "—" if row.score is None else f"{row.score:g} / {row.max_score:g}"
+        score = "—" if row.score is None else f"{row.score:g}" + (f" / {row.max_score:g}" if row.max_score is not None else "")
         table.add_row(row.student, row.notebook, score, "\n".join(row.reasons) or Text("none", style="green"))
     console.print(table)
     console.print(
