@@ -216,3 +216,14 @@ def test_the_benchmarks_class_holds_every_variant_with_its_verdict(class_folder)
         nb = json.loads((class_folder / "submitted" / "student-002" / "snapshot" / f"{ex_id}.ipynb").read_text())
         exercise = next(c for c in nb["cells"] if c["metadata"].get("oomlab", {}).get("role") == "exercise")
         assert exercise["source"] == f"{magic_line(ex_id)}\n{shipped_source(course.get(ex_id))}"
+
+
+def test_the_measuring_cell_prints_what_oomlab_check_prints(class_folder, capsys, monkeypatch):
+    (Path.cwd() / "inference-worker.py").write_text("print('fixed')\n")
+    outcome = fake_report("inference-worker", {"plateau"}, class_folder)
+    monkeypatch.setattr(cells, "_grade", lambda ex_id: outcome)
+    cells.measure("inference-worker", sources="any")
+    out = capsys.readouterr().out
+    assert "Checks for inference-worker" in out and "\x1b[" not in out
+    assert "✗ plateau: what differs" in out and "Why it matters: why it matters" in out
+    assert out.rstrip().endswith("inference-worker does not pass yet.")

@@ -60,12 +60,12 @@ _last: dict[str, _Outcome] = {}  # exercise id -> the last grading of its file i
 _pinned: dict[str, str] = {}  # exercise id -> the sources digest its notebook was built from
 
 
-def _text(renderable) -> str:
-    """A rich renderable as plain text: no colour (the kernel sets FORCE_COLOR), no HTML, as the terminal lays it out."""
+def _plain(draw) -> str:
+    """What ``draw(console)`` prints, as plain text laid out as in a terminal: no colour (the kernel sets FORCE_COLOR), no HTML."""
     from rich.console import Console
 
     out = io.StringIO()
-    Console(file=out, width=100, color_system=None, force_terminal=False, force_jupyter=False, highlight=False).print(renderable)
+    draw(Console(file=out, width=100, color_system=None, force_terminal=False, force_jupyter=False, highlight=False))
     return out.getvalue().rstrip()
 
 
@@ -125,7 +125,12 @@ def _grade(ex_id: str) -> _Outcome:
     if not report.checks:  # a syntax error, a crash, the time limit: the script did not run to its end
         m = report.measurement
         return _Outcome(
-            text, report, [f"The script did not run to its end: {m.ending()}.", *_text(script_failure(m, ex)).splitlines()]
+            text,
+            report,
+            [
+                f"The script did not run to its end: {m.ending()}.",
+                *_plain(lambda console: console.print(script_failure(m, ex))).splitlines(),
+            ],
         )
     return _Outcome(text, report, [])
 
@@ -166,13 +171,7 @@ def measure(ex_id: str, sources: str) -> None:
         print("\n".join(["Not graded:", *outcome.reason]))
         return
     report = outcome.report
-    out = io.StringIO()
-    from rich.console import Console
-
-    print_report(
-        Console(file=out, width=100, color_system=None, force_terminal=False, force_jupyter=False, highlight=False), report
-    )
-    print(out.getvalue().rstrip())
+    print(_plain(lambda console: print_report(console, report)))
     print(f"{ex_id} {'passes' if report.passed else 'does not pass yet'}.")
 
 
