@@ -17,7 +17,8 @@ from oomlab.classroom import cells
 from oomlab.classroom.build import build_course
 from oomlab.classroom.classgrade import UNREADABLE, _submissions
 from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
-from oomlab.classroom.notebook import HONESTY, MEMORY, build_notebook, honesty_checks, magic_line, memory_checks
+from oomlab.classroom.notebook import build_notebook
+from oomlab.classroom.scoring import HONESTY, MEMORY, honesty_checks, magic_line, memory_checks
 from oomlab.course import Course
 from oomlab.course.originals import shipped_source
 from oomlab.errors import OomLabError
@@ -227,3 +228,14 @@ def test_the_measuring_cell_prints_what_oomlab_check_prints(class_folder, capsys
     assert "Checks for inference-worker" in out and "\x1b[" not in out
     assert "✗ plateau: what differs" in out and "Why it matters: why it matters" in out
     assert out.rstrip().endswith("inference-worker does not pass yet.")
+
+
+def test_a_learners_kernel_needs_no_nbgrader(tmp_path):
+    """The cells run where oomlab is installed without the instructors' extra: nothing they import needs nbformat or nbgrader."""
+    code = (
+        "import sys; sys.modules['nbformat'] = sys.modules['nbgrader'] = None\n"
+        "from oomlab.classroom import cells\n"
+        "try:\n    cells.check('feature-cache', 'no_oom')\nexcept cells.NotGraded as err:\n    print(err.lines[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "feature-cache.py was not written" in done.stdout, done.stdout + done.stderr

@@ -22,7 +22,7 @@ from nbgrader.api import Gradebook
 
 from oomlab.classroom.build import build_course
 from oomlab.classroom.classgrade import _autograde, nbgrader_env
-from oomlab.classroom.notebook import POINTS_PER_CHECK, magic_line, memory_checks
+from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks
 from oomlab.course import Course
 from oomlab.grading.pytest_plugin import cuda_available
 
@@ -233,7 +233,7 @@ def test_the_class_report_reads_the_gradebook(graded):
     _scores(graded["root"], ASSIGNMENT, rows, {"reference"})
     assert rows[0].score == graded["scores"]["reference"] and rows[0].reasons == ["the interview answer waits for manual grading"]
     ex = Course(REPO).get(EXERCISE)
-    from oomlab.classroom.notebook import ANSWER_POINTS
+    from oomlab.classroom.scoring import ANSWER_POINTS
 
     assert (rows[1].score, rows[1].max_score) == (0.0, POINTS_PER_CHECK * len(memory_checks(ex)) + ANSWER_POINTS)
     assert rows[1].reasons == ["the notebook could not be read"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from oomlab.classroom.build import assignments, build_course
 from oomlab.classroom.classgrade import nbgrader_env
 from oomlab.classroom.layout import EXERCISE_ROLE, PINNED
-from oomlab.classroom.notebook import POINTS_PER_CHECK, magic_line, memory_checks
+from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks
 from oomlab.course import Course
 from oomlab.course.originals import shipped_source
 from oomlab.errors import OomLabError

@@ -5,6 +5,7 @@ commands. Every notebook is derived from its exercise folder when it is built;
 nothing is kept in step by hand.
 
 - :mod:`~oomlab.classroom.layout`: where everything lives in such a course folder;
+- :mod:`~oomlab.classroom.scoring`: which checks earn points and which guard them, and the file a cell writes;
 - :mod:`~oomlab.classroom.notebook`: one exercise as a source notebook (cells, points, hidden tests);
 - :mod:`~oomlab.classroom.build`: the course folder itself: ``nbgrader_config.py``, the pinned
   copy of the exercises the grading measures against, one assignment per module;

@@ -91,7 +91,7 @@ def _exercise(ex_id: str):
 
 def _grade(ex_id: str) -> _Outcome:
     from oomlab.classroom import measured
-    from oomlab.classroom.notebook import magic_line, script_name
+    from oomlab.classroom.scoring import magic_line, script_name
     from oomlab.cli.render import script_failure
     from oomlab.grading.truth import source_digest
     from oomlab.grading.verdict import grade
@@ -139,7 +139,7 @@ def _outcome(ex_id: str) -> _Outcome:
     """The grading of the exercise's file as it is now: the last one if the file has not changed since, else a new one."""
     last = _last.get(ex_id)
     if last is not None:
-        from oomlab.classroom.notebook import script_name
+        from oomlab.classroom.scoring import script_name
 
         with contextlib.suppress(OSError):
             if (Path.cwd() / script_name(ex_id)).read_text(encoding="utf-8", errors="replace") == last.script_text:
@@ -194,7 +194,7 @@ def check(ex_id: str, name: str) -> None:
 
 def honest(ex_id: str) -> None:
     """The hidden part of every graded cell: the run is the same job, measured untouched, or no memory check counts."""
-    from oomlab.classroom.notebook import honesty_checks
+    from oomlab.classroom.scoring import honesty_checks
 
     report = _graded(ex_id)
     wanted = set(honesty_checks(report.exercise))

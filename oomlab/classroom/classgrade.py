@@ -41,8 +41,8 @@ import nbformat
 from oomlab.classroom import measured
 from oomlab.classroom.build import assignments
 from oomlab.classroom.layout import PINNED, class_root
-from oomlab.classroom.notebook import honesty_checks, memory_checks, script_name
 from oomlab.classroom.preprocessors import exercise_cell, script_of
+from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
 from oomlab.course.state import StateDir, shown, write_atomic

@@ -26,53 +26,14 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from oomlab.classroom.layout import EXERCISE_ROLE
+from oomlab.classroom.scoring import ANSWER_POINTS, POINTS_PER_CHECK, honesty_checks, magic_line, memory_checks, script_name
 from oomlab.course.manifest import Exercise
 from oomlab.course.originals import shipped_source
-from oomlab.grading.checks import ALWAYS
 from oomlab.grading.truth import source_digest
 from oomlab.steps import step
 from oomlab.units import format_bytes
 
-__all__ = [
-    "ANSWER_POINTS",
-    "HONESTY",
-    "MEMORY",
-    "POINTS_PER_CHECK",
-    "build_notebook",
-    "honesty_checks",
-    "magic_line",
-    "memory_checks",
-    "script_name",
-]
-
-# What each check proves. Memory checks earn the points: the run fits, and as well as the
-# reference. Honesty checks earn none of their own, but a run that fails one earns no memory
-# points either: they say whether it is still the same training job, measured untouched.
-MEMORY = frozenset({"no_oom", "peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "plateau"})
-HONESTY = frozenset({"untampered", "settings", "same_workload", "same_results", "same_log", "backward_per_step"})
-POINTS_PER_CHECK = 2
-ANSWER_POINTS = 2
-MAGIC = "%%writefile"
-
-
-def memory_checks(ex: Exercise) -> list[str]:
-    """The exercise's checks that earn points, in its manifest's order."""
-    return [name for name in ex.checks if name in MEMORY]
-
-
-def honesty_checks(ex: Exercise) -> list[str]:
-    """The checks every graded cell requires, hidden from the release: the two every run gets, then the manifest's."""
-    return list(ALWAYS) + [name for name in ex.checks if name in HONESTY and name not in ALWAYS]
-
-
-def script_name(ex_id: str) -> str:
-    """The file an exercise cell writes, beside its notebook: one per exercise, since an assignment's notebooks share a folder."""
-    return f"{ex_id}.py"
-
-
-def magic_line(ex_id: str) -> str:
-    """The exercise cell's first line: it writes the cell to the file that is measured."""
-    return f"{MAGIC} {script_name(ex_id)}"
+__all__ = ["build_notebook"]
 
 
 def _nbgrader(grade_id: str, *, grade: bool = False, solution: bool = False, locked: bool = False, points: float = 0) -> dict:

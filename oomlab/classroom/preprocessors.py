@@ -33,7 +33,7 @@ from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from oomlab.classroom.layout import EXERCISE_ROLE
-from oomlab.classroom.notebook import MAGIC, script_name
+from oomlab.classroom.scoring import MAGIC, script_name
 
 __all__ = ["GradeOnlyTheExercise", "exercise_cell", "script_of"]
 
