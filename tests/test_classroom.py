@@ -15,7 +15,7 @@ from nbgrader.nbgraderformat import MetadataValidator
 
 from oomlab.classroom import cells
 from oomlab.classroom.build import build_course
-from oomlab.classroom.classgrade import UNREADABLE, _submissions
+from oomlab.classroom.classgrade import UNREADABLE, _set_aside, _submissions
 from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
 from oomlab.classroom.notebook import build_notebook
 from oomlab.classroom.scoring import HONESTY, MEMORY, honesty_checks, magic_line, memory_checks
@@ -169,6 +169,8 @@ def test_an_unreadable_notebook_is_kept_aside_and_scores_zero_with_its_reason(cl
     (class_folder / "submitted" / "dee" / "production").mkdir(parents=True)  # submitted the assignment, not this notebook
     subs = {s.student: s for s in _submissions(class_folder, Course(class_folder / PINNED), "production", [])}
     assert subs["ada"].script == shipped_source(Course(class_folder / PINNED).get("inference-worker"))
+    assert (class_folder / "submitted" / "bo" / "production" / source.name).is_file(), "reading alone moves nothing"
+    _set_aside(list(subs.values()))
     for student in ("bo", "cy"):
         assert "could not be read" in subs[student].problem
         kept = class_folder / "submitted" / student / "production" / (source.name + UNREADABLE)
@@ -190,8 +192,11 @@ def test_autograde_without_a_gpu_says_so_and_leaves_the_gradebook_alone(class_fo
     folder = class_folder / "submitted" / "ada" / "production"
     folder.mkdir(parents=True)
     shutil.copy(class_folder / "source" / "production" / "inference-worker.ipynb", folder)
+    (class_folder / "submitted" / "bo" / "production").mkdir(parents=True)
+    (class_folder / "submitted" / "bo" / "production" / "inference-worker.ipynb").write_text("not json")
     done = oomlab(class_folder, "nbgrader", "autograde", "production")
     assert done.returncode == 2, done.stdout + done.stderr
+    assert (class_folder / "submitted" / "bo" / "production" / "inference-worker.ipynb").read_text() == "not json"
     assert "No CUDA GPU" in done.stdout and "Traceback" not in done.stdout + done.stderr
     assert not (class_folder / "gradebook.db").exists()
     assert not list((class_folder / "autograded" / "ada" / "production").glob("*.ipynb"))

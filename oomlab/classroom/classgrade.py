@@ -7,8 +7,9 @@ four steps:
 
 1. **Read** every submitted notebook of the assignment. One that is not a
    notebook (not JSON, not nbformat) would make nbgrader drop the student's whole
-   assignment, so it is moved aside as ``NAME.ipynb.unreadable`` (kept, never
-   deleted) and scores zero, as a missing notebook does, with the reason;
+   assignment, so once the measuring has worked it is moved aside as
+   ``NAME.ipynb.unreadable`` (kept, never deleted) and scores zero, as a missing
+   notebook does, with the reason;
 2. **Measure** the script of each exercise cell, as the grading preprocessor will
    write it, all at once, forked from warm servers (:mod:`oomlab.measure.warm`),
    and keep each measurement for the notebook to find (:mod:`oomlab.classroom.measured`);
@@ -45,7 +46,7 @@ from oomlab.classroom.preprocessors import exercise_cell, script_of
 from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
-from oomlab.course.state import StateDir, shown, write_atomic
+from oomlab.course.state import StateDir, shown, write_atomic, write_error
 from oomlab.errors import OomLabError
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.verdict import grade
@@ -100,6 +101,18 @@ class _Submission:
     path: Path  # the submitted notebook
     script: str | None = None  # what its exercise cell writes; None when it has none
     problem: str = ""  # why it cannot be graded at all
+    unreadable: bool = False  # not a notebook: set aside before nbgrader runs, which would drop the whole assignment
+
+
+def _set_aside(subs: list[_Submission]) -> None:
+    """Move each unreadable notebook to ``NAME.ipynb.unreadable``: kept, and nbgrader scores the notebook missing (zero)."""
+    for sub in subs:
+        if sub.unreadable and sub.path.is_file():
+            aside = sub.path.with_name(sub.path.name + UNREADABLE)
+            try:
+                sub.path.replace(aside)
+            except OSError as err:
+                raise write_error(aside, err, "set aside the unreadable notebook as") from None
 
 
 def _course_folder() -> Path:
@@ -137,10 +150,10 @@ def _submissions(root: Path, course: Course, assignment: str, students: list[str
                 try:
                     nb = nbformat.read(path, as_version=4)
                 except Exception as err:  # noqa: BLE001 - not JSON, not a notebook, not UTF-8: nbformat raises each its own way
-                    aside = path.with_name(path.name + UNREADABLE)
-                    path.replace(aside)
+                    sub.unreadable = True
                     sub.problem = (
-                        f"the notebook could not be read ({type(err).__name__}: {str(err)[:200]}); it was kept as {aside.name}"
+                        f"the notebook could not be read ({type(err).__name__}: {str(err)[:200]}); "
+                        f"it was kept as {path.name + UNREADABLE}"
                     )
                 else:
                     cell = exercise_cell(nb)
@@ -276,6 +289,7 @@ def grade_class(
     start = time.perf_counter()
     n = _measure_all(root, subs, jobs, note)
     measure_s = time.perf_counter() - start
+    _set_aside(subs)  # only now: without a GPU, nothing is touched
     # A student with no readable notebook has nothing for nbgrader to grade (it would fail on them): zero, with the reasons.
     everyone = sorted({s.student for s in subs if s.path.is_file()})
     note(f"nbgrader autograde for {len(everyone)} student(s), {jobs} at a time")
