@@ -1,8 +1,8 @@
 """The instructors' flow end to end, with nbgrader itself: build, generate_assignment, autograde, feedback, export.
 
 The submissions are the ones an instructor meets: the reference fix, the untouched
-bug, a syntax error, a crash, a hang, a run that resets the peak statistics, a
-cell that patches the grader, an edited locked cell, deleted cells, an exercise
+bug, a syntax error, a crash, a hang, a run that resets the peak statistics, one
+that serves fewer requests, a cell that patches the grader, an edited locked cell, deleted cells, an exercise
 cell without its first line. Without a GPU nothing is measured, so every memory
 check scores zero and says so; the cheats that need no GPU to succeed (a patched
 grader, an emptied locked cell) would score here if they got through, so their
@@ -55,7 +55,9 @@ def text(c: dict) -> str:
 def submissions(release: dict, bug: str, fix: str) -> dict[str, dict]:
     """Each kind of submission, made from the released notebook as a student would edit it."""
     magic = magic_line(EXERCISE) + "\n"
-    first_check = f"check-{memory_checks(Course(REPO).get(EXERCISE))[0]}"
+    ex = Course(REPO).get(EXERCISE)
+    first_check = f"check-{memory_checks(ex)[0]}"
+    fewer = next(f for f in ex.wrong_fixes if f.name == "serve-fewer-requests")  # the manifest's own way to do less work
 
     def edited(change) -> dict:
         nb = json.loads(json.dumps(release))
@@ -87,6 +89,7 @@ def submissions(release: dict, bug: str, fix: str) -> dict[str, dict]:
         "crash": edited(exercise(magic + "raise RuntimeError('the data loader died')\n" + bug)),
         "hang": edited(exercise(magic + "import time\ntime.sleep(10**6)\n" + fix)),
         "reset-peak-stats": edited(exercise(magic + fix + "\ntorch.cuda.reset_peak_memory_stats()\n")),
+        "serves-fewer-requests": edited(exercise(magic + fewer.apply(bug))),
         "patches-the-grader": edited(patch_the_grader),
         "empties-a-locked-cell": edited(lambda nb: cell(nb, grade_id=first_check).update(source="pass")),
         "deletes-graded-cells": edited(drop(lambda c: not graded(c))),
@@ -158,14 +161,19 @@ def test_every_zero_says_why(graded):
         "crash": "the data loader died" if GPU else "No CUDA GPU",
         "hang": "Time limit" if GPU else "No CUDA GPU",
         "reset-peak-stats": "untampered" if GPU else "No CUDA GPU",
+        "serves-fewer-requests": "same_workload" if GPU else "No CUDA GPU",
         "untouched": "no_oom" if GPU else "No CUDA GPU",
     }
     for student, reason in why.items():
         nb = autograded(graded, student)
         checks = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"]
         assert checks, student
-        for c in checks:
-            assert reason in outputs(c), (student, outputs(c))
+        assert all(o["output_type"] == "error" for c in checks for o in c["outputs"][-1:]), (
+            student
+        )  # every graded cell scored zero
+        assert reason in "\n".join(outputs(c) for c in checks), student
+        if not GPU:  # nothing was measured: every cell says why, the same way
+            assert all(reason in outputs(c) for c in checks), student
         assert reason in (graded["root"] / "feedback" / student / ASSIGNMENT / f"{EXERCISE}.html").read_text()
 
 
