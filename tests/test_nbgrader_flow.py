@@ -168,9 +168,8 @@ def test_every_zero_says_why(graded):
         nb = autograded(graded, student)
         checks = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"]
         assert checks, student
-        assert all(o["output_type"] == "error" for c in checks for o in c["outputs"][-1:]), (
-            student
-        )  # every graded cell scored zero
+        scored_zero = [bool(c["outputs"]) and c["outputs"][-1]["output_type"] == "error" for c in checks]
+        assert all(scored_zero), student
         assert reason in "\n".join(outputs(c) for c in checks), student
         if not GPU:  # nothing was measured: every cell says why, the same way
             assert all(reason in outputs(c) for c in checks), student
