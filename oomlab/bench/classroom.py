@@ -20,19 +20,19 @@ from oomlab.classroom.classgrade import nbgrader_env
 from oomlab.classroom.layout import EXERCISE_ROLE, PINNED
 from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks
 from oomlab.course import Course
-from oomlab.course.originals import shipped_source
 from oomlab.errors import OomLabError
+from oomlab.grading.truth import variants as truth_variants
 
 __all__ = ["bench_class", "make_class"]
 
 
 def variants(ex) -> list[tuple[str, str, bool]]:
-    """(name, script, whether it is a fix) for each variant of ``ex``, the reference fix first."""
-    bug = shipped_source(ex)
-    runs = [("reference", ex.solution_path.read_text(encoding="utf-8"), True), ("bug", bug, False)]
-    runs += [(f.name, f.apply(bug), False) for f in ex.wrong_fixes]
-    runs += [(a.name, a.apply(bug), True) for a in ex.alternatives]
-    return runs
+    """(name, script, whether it is a fix) for each variant of ``ex`` the truth check measures, but its cheats."""
+    return [
+        ("reference" if v.kind == "solution" else v.name, v.source(), not v.expect)
+        for v in truth_variants(ex)
+        if v.kind != "cheat"
+    ]
 
 
 def make_class(root: Path, assignment: str, students: int) -> dict[tuple[str, str], tuple[str, bool]]:

@@ -149,6 +149,11 @@ def _outcome(ex_id: str) -> _Outcome:
     return _last[ex_id]
 
 
+def check_line(c) -> str:
+    """One check as every cell and report says it: ``name: measured (required threshold)``."""
+    return f"{c.name}: {c.measured} (required {c.threshold})"
+
+
 def _graded(ex_id: str):
     outcome = _outcome(ex_id)
     if outcome.report is None or not outcome.report.checks:
@@ -163,14 +168,10 @@ def measure(ex_id: str, sources: str) -> None:
     _pinned[ex_id] = sources
     _last.pop(ex_id, None)
     try:
-        outcome = _outcome(ex_id)
+        report = _graded(ex_id)
     except NotGraded as err:
         print("\n".join(["Not graded:", *err.lines]))
         return
-    if outcome.report is None or not outcome.report.checks:
-        print("\n".join(["Not graded:", *outcome.reason]))
-        return
-    report = outcome.report
     print(_plain(lambda console: print_report(console, report)))
     print(f"{ex_id} {'passes' if report.passed else 'does not pass yet'}.")
 
@@ -184,12 +185,12 @@ def check(ex_id: str, name: str) -> None:
     if not result.passed:
         raise CheckFailed(
             [
-                f"{name}: {result.measured} (required {result.threshold})",
+                check_line(result),
                 *filter(None, [result.detail]),
                 f"Why it matters: {result.why}",
             ]
         )
-    print(f"PASS {name}: {result.measured} (required {result.threshold})")
+    print(f"PASS {check_line(result)}")
 
 
 def honest(ex_id: str) -> None:
@@ -203,5 +204,5 @@ def honest(ex_id: str) -> None:
         names = ", ".join(c.name for c in failed)
         lines = [f"no memory points: the run fails {names}, so it is not the same job measured untouched."]
         for c in failed:
-            lines += [f"{c.name}: {c.measured} (required {c.threshold})", *filter(None, [c.detail])]
+            lines += [check_line(c), *filter(None, [c.detail])]
         raise CheckFailed(lines)

@@ -41,6 +41,7 @@ import nbformat
 
 from oomlab.classroom import measured
 from oomlab.classroom.build import assignments
+from oomlab.classroom.cells import check_line
 from oomlab.classroom.layout import PINNED, class_root
 from oomlab.classroom.preprocessors import exercise_cell, script_of
 from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
@@ -247,7 +248,7 @@ def _reasons(sub: _Submission) -> list[str]:
     honesty = set(honesty_checks(sub.ex))
     memory = set(memory_checks(sub.ex))
     return [
-        f"{c.name}{' (no memory points while it fails)' if c.name in honesty else ''}: {c.measured} (required {c.threshold})"
+        check_line(c) + (" (no memory points while it fails)" if c.name in honesty else "")
         for c in report.checks
         if not c.passed and c.name in honesty | memory
     ]
