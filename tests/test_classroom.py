@@ -13,9 +13,9 @@ import nbformat
 import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
-from oomlab.classroom import cells
+from oomlab.classroom import cells, classgrade
 from oomlab.classroom.build import build_course
-from oomlab.classroom.classgrade import UNREADABLE, _set_aside, _submissions
+from oomlab.classroom.classgrade import KERNEL_TRIES, UNREADABLE, _autograde, _set_aside, _submissions
 from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
 from oomlab.classroom.notebook import build_notebook
 from oomlab.classroom.scoring import HONESTY, MEMORY, honesty_checks, magic_line, memory_checks
@@ -205,6 +205,51 @@ def test_autograde_without_a_gpu_says_so_and_leaves_the_gradebook_alone(class_fo
 def test_autograde_outside_a_course_folder_says_where_to_run_it(tmp_path):
     done = oomlab(tmp_path, "nbgrader", "autograde", "production")
     assert done.returncode == 2 and "nbgrader_config.py" in " ".join(done.stdout.split())
+
+
+# How nbgrader 0.9 logs a kernel that never answered, as it did when two kernels started at once took the same port.
+KERNEL_LOST = """[AutogradeApp | INFO] Autograding /c/autograded/ada/production/inference-worker.ipynb
+zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:47263')
+[AutogradeApp | ERROR] Error occurred while starting new kernel client for kernel 0710: Kernel didn't respond in 60 seconds
+[AutogradeApp | ERROR] There was an error processing assignment: /c/submitted/ada/production
+[AutogradeApp | ERROR] Traceback (most recent call last):
+      File "/site-packages/nbclient/client.py", line 659, in async_start_new_kernel_client
+        raise RuntimeError("Kernel didn't respond in %d seconds" % timeout)
+    RuntimeError: Kernel didn't respond in 60 seconds
+[AutogradeApp | ERROR] There was an error processing assignment 'production' for student 'ada'
+"""
+
+
+def fake_nbgrader(monkeypatch, logs: dict[str, list[str]]) -> list[str]:
+    """Make each ``nbgrader autograde --student S`` log the next of ``logs[S]``; the students, in the order run."""
+    ran = []
+
+    def run(args, **kwargs):
+        student = args[args.index("--student") + 1]
+        ran.append(student)
+        log = logs[student].pop(0)
+        return subprocess.CompletedProcess(args, 1 if "There was an error" in log else 0, log, "")
+
+    monkeypatch.setattr(classgrade.subprocess, "run", run)
+    return ran
+
+
+def test_a_kernel_that_did_not_start_is_started_again(class_folder, monkeypatch):
+    ran = fake_nbgrader(
+        monkeypatch, {"ada": [KERNEL_LOST, "[AutogradeApp | INFO] graded"], "bo": ["[AutogradeApp | INFO] graded"]}
+    )
+    assert _autograde(class_folder, "production", ["ada", "bo"], 2, lambda _: None) == {}
+    assert sorted(ran) == ["ada", "ada", "bo"]
+
+
+def test_a_student_nbgrader_keeps_failing_is_reported_with_the_error(class_folder, monkeypatch):
+    broken = "[AutogradeApp | ERROR] There was an error processing assignment: x\n[AutogradeApp | ERROR] Traceback (most recent call last):\n    ValueError: bad metadata\n"
+    ran = fake_nbgrader(monkeypatch, {"ada": [KERNEL_LOST] * KERNEL_TRIES, "bo": [broken]})
+    failed = _autograde(class_folder, "production", ["ada", "bo"], 2, lambda _: None)
+    assert failed == {"ada": "RuntimeError: Kernel didn't respond in 60 seconds", "bo": "ValueError: bad metadata"}
+    assert ran.count("ada") == KERNEL_TRIES and ran.count("bo") == 1, "a student's own failure is not run again"
+    logs = class_folder / PINNED / ".oomlab" / "class" / "logs" / "production"
+    assert (logs / "bo.log").read_text() == broken
 
 
 def test_the_benchmarks_class_holds_every_variant_with_its_verdict(class_folder):

@@ -143,7 +143,7 @@ def test_the_release_gives_students_the_bug_and_no_answers(graded):
 
 
 def test_no_submission_stops_the_grading_run(graded):
-    assert graded["failed"] == []
+    assert graded["failed"] == {}
     assert set(graded["scores"]) == set(graded["students"])
 
 

@@ -92,5 +92,5 @@ def bench_class(folder: Path, assignment: str, students: int) -> dict:
         "jobs": report["jobs"],
         "scripts_measured": report["scripts_measured"],
         "verdicts_as_expected": not wrong and not report["students_nbgrader_failed"],
-        "unexpected": wrong[:20],
+        "unexpected": (wrong + [f"{s}: nbgrader: {e}" for s, e in report["students_nbgrader_failed"].items()])[:20],
     }

@@ -14,8 +14,12 @@ four steps:
    write it, all at once, forked from warm servers (:mod:`oomlab.measure.warm`),
    and keep each measurement for the notebook to find (:mod:`oomlab.classroom.measured`);
 3. **Autograde** with nbgrader itself, one ``nbgrader autograde --student`` per
-   student, several at once (the gradebook is SQLite: a run that finds it locked
-   is run again alone). Each notebook's cells find their measurement and check it;
+   student, several at once. Two failures are the machine's, never the student's,
+   and their run goes again: the gradebook is SQLite, so a run that finds it locked
+   goes again alone; and a kernel that did not start (jupyter_client picks a free
+   TCP port and hands it to the kernel, and a kernel starting at the same moment
+   may take it first) is started again. Each notebook's cells find their
+   measurement and check it;
 4. **Report** who scored what, from the gradebook, and for every point lost the
    check and the reason, from the same checks the cells ran; also as JSON, in
    ``reports/ASSIGNMENT.json``.
@@ -60,6 +64,11 @@ __all__ = ["ClassReport", "Row", "grade_class", "nbgrader_env"]
 
 UNREADABLE = ".unreadable"
 LOCKED = "database is locked"
+# What nbgrader logs when a notebook's kernel did not start. The exercise cell only writes a file, so no
+# student's code runs before the kernel answers: such a run is graded again, up to KERNEL_TRIES times in all.
+KERNEL_NOT_STARTED = ("Kernel didn't respond", "Kernel died before replying")
+KERNEL_TRIES = 3
+NBGRADER_FAILED = "There was an error processing assignment"
 
 
 @dataclass
@@ -81,7 +90,7 @@ class ClassReport:
     measured: int
     measure_s: float
     autograde_s: float
-    failed_students: list[str]
+    failed_students: dict[str, str]  # student -> the error nbgrader logged
 
     def to_json(self) -> dict:
         return {
@@ -202,11 +211,11 @@ def _script_path(sub: _Submission) -> Path:
     )
 
 
-def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note: Callable[[str], None]) -> list[str]:
-    """``nbgrader autograde`` once per student, ``jobs`` at a time; the students it failed for."""
+def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note: Callable[[str], None]) -> dict[str, str]:
+    """``nbgrader autograde`` once per student, ``jobs`` at a time; the students it failed for, each with its error."""
     logs = StateDir(root / PINNED).path / "class" / "logs" / assignment
 
-    def one(student: str) -> tuple[str, int, str]:
+    def run(student: str) -> str:
         done = subprocess.run(
             [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"],
             cwd=root,
@@ -217,15 +226,39 @@ def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note
         )
         log = done.stdout + done.stderr
         write_atomic(logs / f"{student}.log", log)
-        return student, done.returncode, log
+        return log if done.returncode == 0 or NBGRADER_FAILED in log else log + f"\n{NBGRADER_FAILED} (exit {done.returncode})"
+
+    def one(student: str) -> tuple[str, str]:
+        for _ in range(KERNEL_TRIES):
+            log = run(student)
+            if not any(s in log for s in KERNEL_NOT_STARTED):
+                break
+            note(f"a kernel did not start for {student}: grading again")
+        return student, log
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, students))
-    again = [s for s, code, log in results if LOCKED in log]
-    for student in again:  # SQLite lets one writer in at a time: a run that waited too long goes again, alone
+        results = dict(pool.map(one, students))
+    for student in [s for s, log in results.items() if LOCKED in log]:
+        # SQLite lets one writer in at a time: a run that waited too long goes again, alone
         note(f"the gradebook was busy for {student}: grading again")
-        results = [r for r in results if r[0] != student] + [one(student)]
-    return sorted(s for s, code, log in results if code != 0 or "There was an error processing assignment" in log)
+        results[student] = one(student)[1]
+    return {s: _nbgrader_error(log) for s, log in sorted(results.items()) if NBGRADER_FAILED in log}
+
+
+def _nbgrader_error(log: str) -> str:
+    """What went wrong, from an nbgrader log: the exception that ends its first traceback, else its first error line."""
+    lines = log.splitlines()
+    errors = [i for i, line in enumerate(lines) if "| ERROR]" in line]
+    for i in errors:
+        if lines[i].endswith("Traceback (most recent call last):"):
+            block = []
+            for line in lines[i + 1 :]:
+                if line.startswith("["):
+                    break
+                block.append(line.strip())
+            if block := [line for line in block if line]:
+                return block[-1][:300]
+    return lines[errors[0]].split("]", 1)[-1].strip()[:300] if errors else log.strip().splitlines()[-1][:300]
 
 
 def nbgrader_env() -> dict:
@@ -295,10 +328,13 @@ def grade_class(
     everyone = sorted({s.student for s in subs if s.path.is_file()})
     note(f"nbgrader autograde for {len(everyone)} student(s), {jobs} at a time")
     start = time.perf_counter()
-    failed = _autograde(root, assignment, everyone, jobs, note) if everyone else []
+    failed = _autograde(root, assignment, everyone, jobs, note) if everyone else {}
     autograde_s = time.perf_counter() - start
     rows = [Row(s.student, s.ex.id, reasons=_reasons(s)) for s in subs]
     _scores(root, assignment, rows, set(everyone))
+    for row in rows:
+        if row.student in failed:
+            row.reasons.insert(0, f"nbgrader could not autograde it: {failed[row.student]}")
     report = ClassReport(assignment, rows, jobs, n, measure_s, autograde_s, failed)
     write_atomic(root / "reports" / f"{assignment}.json", json.dumps(report.to_json(), indent=1) + "\n")
     return report

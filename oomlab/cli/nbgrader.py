@@ -81,11 +81,7 @@ def autograde(
         f"nbgrader generate_feedback {assignment}."
     )
     if report.failed_students:
-        console.print(
-            Text(
-                f"nbgrader could not autograde {', '.join(report.failed_students)}: its logs are in "
-                f"oomlab-course/.oomlab/class/logs/{assignment}/.",
-                style="bold red",
-            )
-        )
+        for student, error in report.failed_students.items():
+            console.print(Text(f"nbgrader could not autograde {student}: {error}", style="bold red"))
+        console.print(f"Their logs are in oomlab-course/.oomlab/class/logs/{assignment}/; grade them again with --student.")
         raise typer.Exit(1)
