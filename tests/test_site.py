@@ -156,6 +156,30 @@ def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
     assert snapshots, "no exercise offers its allocator snapshot"
 
 
+def test_an_exercise_page_shows_the_error_before_the_script_and_folds_what_gives_the_answer_away(site, course):
+    report = json.loads((ROOT / "course" / "measurements" / "verify.json").read_text(encoding="utf-8"))
+    messages = {row["id"]: (row.get("buggy") or {}).get("message") for row in report["exercises"]}
+    figures = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["figures"]
+    found_in = {f["exercise"] for f in figures.values() if f.get("files")}
+    checked = 0
+    for ex in course.exercises:
+        page = exercise_page(site, ex.id).read_text(encoding="utf-8")
+        if messages.get(ex.id):
+            flat = " ".join(page.split())
+            error = flat.find(html.escape(" ".join(messages[ex.id].split()[:6]), quote=False))
+            assert flat.find('id="what-you-will-see"') < error < flat.find('id="the-script'), (
+                f"{ex.id}: the error is not above the script"
+            )
+            checked += 1
+        if ex.id in found_in:
+            finding = page.index("What it found, with the pictures")
+            assert page.rfind("<details", 0, finding) > page.rfind("</details>", 0, finding), (
+                f"{ex.id}: the finding is not folded"
+            )
+            assert "<img" not in page[: page.rfind("<details", 0, finding)], f"{ex.id}: a picture is shown above its fold"
+    assert checked, "no exercise page has a recorded error to show"
+
+
 def test_exercise_pages_say_what_each_threshold_means(site, course):
     """A check's settings (tolerance, slack_mib, max, rtol) come with the limit the grader computes from them."""
     from oomlab.grading.checks import CHECKS, RelativeBytes

@@ -125,7 +125,7 @@ def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
         row["repeatable"] = m.stats == reference.stats
         row["as_expected"] = as_expected and row["repeatable"]
     if m.oom or m.status not in ("ok", "oom"):
-        row["message"] = first_line(m.message)
+        row["message"] = first_line(m.message, limit=None)  # whole: the site shows the error as a learner meets it
         row["where"] = m.where
     return row, report
 

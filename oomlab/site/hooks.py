@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import sys
+import textwrap
 from datetime import datetime
 from pathlib import Path
 
@@ -506,6 +507,7 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
         f"| Time limit | {ex.time_limit_s:g} s |",
         f"| The file you edit | `{rel_script}` |",
         "",
+        *error_section(ex),
         "## Run it",
         "",
         fence(
@@ -597,14 +599,31 @@ def measurement_section(ex: Exercise) -> list[str]:
     for note in expectation_notes(row):
         md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
 
-    buggy = row.get("buggy") or {}
-    if buggy.get("message"):
-        where = f" at `{buggy['where']}`" if buggy.get("where") else ""
-        message = buggy["message"] + (" …" if len(buggy["message"]) >= 300 else "")
-        md += [f"The buggy script's error{where} (first line, as recorded):", "", "> " + _escape(message), ""]
     md += process_memory_note(ex, row)
     md += reserved_note(ex, row)
     return md
+
+
+# Reports written before the whole first line was kept cut it at this many characters.
+CUT_AT = 300
+
+
+def error_section(ex: Exercise) -> list[str]:
+    """The error the shipped script ends with on the GPU, as the learner meets it: the page's first clue."""
+    buggy = (measured(ex.id) or {}).get("buggy") or {}
+    if not buggy.get("message"):
+        return []
+    where = f" at `{buggy['where']}`" if buggy.get("where") else ""
+    cut = len(buggy["message"]) == CUT_AT
+    return [
+        "## What you will see",
+        "",
+        f"The shipped script, run under the budget on {measured_on(_state['report'])}, ends with this error{where}"
+        + (f" (its first {CUT_AT} characters, as that run recorded them):" if cut else ":"),
+        "",
+        fence(textwrap.fill(buggy["message"], 100, break_on_hyphens=False) + (" …" if cut else ""), "text"),
+        "",
+    ]
 
 
 def figure_section(ex: Exercise) -> list[str]:
@@ -618,26 +637,29 @@ def figure_section(ex: Exercise) -> list[str]:
     md = [
         f"## What `oomlab {tool}` shows",
         "",
+        f"Run `oomlab {tool} {ex.id}` yourself first: what it finds is most of the answer. "
         f"Drawn by `oomlab dev figures` on {index.get('gpu', '?')}, torch {index.get('torch', '?')}, "
         f"{str(index.get('created', '?'))[:10]}: the tool run on the buggy script and on the reference fix.",
         "",
     ]
+    body: list[str] = []
     if tool == "profile":
-        md += profile_legend(uri)
+        body += profile_legend(uri)
     for figure in sorted(shown, key=lambda f: f["variant"] != "bug"):
         label = "The buggy script" if figure["variant"] == "bug" else "The reference fix"
-        md += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
+        body += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
         if figure["variant"] == "bug":
-            md += failed_step_note(ex, figure)
+            body += failed_step_note(ex, figure)
         for name in figure["files"]:
-            md += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
+            body += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
         if figure.get("snapshot"):
-            md += [
+            body += [
                 f"[Download this snapshot]({link_from(uri, 'figures/' + figure['snapshot'])}) and drop it on "
                 "[pytorch.org/memory_viz](https://pytorch.org/memory_viz), PyTorch's own viewer, to explore every "
                 "block and its stack yourself; `oomlab snapshot FILE.pickle` reads it offline.",
                 "",
             ]
+    md += ['??? example "What it found, with the pictures"', "", *indented("\n".join(body)), ""]
     return md
 
 
