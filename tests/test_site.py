@@ -64,7 +64,7 @@ def course() -> Course:
 
 
 def exercise_page(site: Path, ex_id: str) -> Path:
-    return site / "exercises" / ex_id / "index.html"
+    return site / "exercises" / f"{ex_id}.html"
 
 
 def test_every_exercise_has_a_page(site, course):
@@ -76,7 +76,7 @@ def test_every_exercise_has_a_page(site, course):
 def test_exercise_pages_are_in_the_navigation(site, course):
     home = (site / "index.html").read_text(encoding="utf-8")
     for ex in course.exercises:
-        assert f'href="exercises/{ex.id}/"' in home, f"{ex.id} is not in the navigation"
+        assert f'href="exercises/{ex.id}.html"' in home, f"{ex.id} is not in the navigation"
 
 
 @pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
@@ -125,7 +125,7 @@ def test_measurements_page_names_the_gpu(site):
     if not VERIFY.is_file():
         pytest.skip("no course/measurements/verify.json yet")
     report = json.loads(VERIFY.read_text(encoding="utf-8"))
-    page = site / "measurements" / "index.html"
+    page = site / "measurements.html"
     assert page.is_file()
     assert report["gpu"] and normalize(report["gpu"]) in text_of(page)
 
@@ -151,7 +151,7 @@ def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
         if figure.get("snapshot"):
             snapshots += 1
             path = site / "figures" / figure["snapshot"]
-            assert f'href="../../figures/{figure["snapshot"]}"' in page, "the snapshot is not linked from its page"
+            assert f'href="../figures/{figure["snapshot"]}"' in page, "the snapshot is not linked from its page"
             assert load_snapshot(path)["segments"], f"{path.name} holds no segments"
     assert snapshots, "no exercise offers its allocator snapshot"
 
@@ -206,7 +206,7 @@ def test_every_fact_marker_is_rendered(site):
 
 
 def test_measurements_page_shows_how_long_a_learner_waits_and_whether_forked_runs_equal_fresh_ones(site):
-    text = text_of(site / "measurements" / "index.html")
+    text = text_of(site / "measurements.html")
     speed = ROOT / "course" / "measurements" / "speed.json"
     if speed.is_file():
         report = json.loads(speed.read_text(encoding="utf-8"))
