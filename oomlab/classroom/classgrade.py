@@ -258,7 +258,11 @@ def _nbgrader_error(log: str) -> str:
                 block.append(line.strip())
             if block := [line for line in block if line]:
                 return block[-1][:300]
-    return lines[errors[0]].split("]", 1)[-1].strip()[:300] if errors else log.strip().splitlines()[-1][:300]
+    return (
+        lines[errors[0]].split("]", 1)[-1].strip()[:300]
+        if errors
+        else (log.strip().splitlines() or ["nbgrader printed nothing"])[-1][:300]
+    )
 
 
 def nbgrader_env() -> dict:
