@@ -228,7 +228,7 @@ def fake_nbgrader(monkeypatch, logs: dict[str, list[str]]) -> list[str]:
         student = args[args.index("--student") + 1]
         ran.append(student)
         log = logs[student].pop(0)
-        return subprocess.CompletedProcess(args, 1 if "There was an error" in log else 0, log, "")
+        return subprocess.CompletedProcess(args, 1 if "There was an error" in log or "Traceback" in log else 0, log, "")
 
     monkeypatch.setattr(classgrade.subprocess, "run", run)
     return ran
@@ -244,9 +244,15 @@ def test_a_kernel_that_did_not_start_is_started_again(class_folder, monkeypatch)
 
 def test_a_student_nbgrader_keeps_failing_is_reported_with_the_error(class_folder, monkeypatch):
     broken = "[AutogradeApp | ERROR] There was an error processing assignment: x\n[AutogradeApp | ERROR] Traceback (most recent call last):\n    ValueError: bad metadata\n"
-    ran = fake_nbgrader(monkeypatch, {"ada": [KERNEL_LOST] * KERNEL_TRIES, "bo": [broken]})
-    failed = _autograde(class_folder, "production", ["ada", "bo"], 2, lambda _: None)
-    assert failed == {"ada": "RuntimeError: Kernel didn't respond in 60 seconds", "bo": "ValueError: bad metadata"}
+    # nbgrader itself crashing, outside the errors it logs (as it did where nbconvert's templates were missing)
+    crashed = "Traceback (most recent call last):\n  File \"nbconvert/exporters/templateexporter.py\"\nValueError: No template sub-directory with name 'classic'\n"
+    ran = fake_nbgrader(monkeypatch, {"ada": [KERNEL_LOST] * KERNEL_TRIES, "bo": [broken], "cy": [crashed]})
+    failed = _autograde(class_folder, "production", ["ada", "bo", "cy"], 2, lambda _: None)
+    assert failed == {
+        "ada": "RuntimeError: Kernel didn't respond in 60 seconds",
+        "bo": "ValueError: bad metadata",
+        "cy": "ValueError: No template sub-directory with name 'classic'",
+    }
     assert ran.count("ada") == KERNEL_TRIES and ran.count("bo") == 1, "a student's own failure is not run again"
     logs = class_folder / PINNED / ".oomlab" / "class" / "logs" / "production"
     assert (logs / "bo.log").read_text() == broken

@@ -215,7 +215,7 @@ def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note
     """``nbgrader autograde`` once per student, ``jobs`` at a time; the students it failed for, each with its error."""
     logs = StateDir(root / PINNED).path / "class" / "logs" / assignment
 
-    def run(student: str) -> str:
+    def run(student: str) -> tuple[int, str]:
         done = subprocess.run(
             [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"],
             cwd=root,
@@ -226,27 +226,28 @@ def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note
         )
         log = done.stdout + done.stderr
         write_atomic(logs / f"{student}.log", log)
-        return log if done.returncode == 0 or NBGRADER_FAILED in log else log + f"\n{NBGRADER_FAILED} (exit {done.returncode})"
+        return done.returncode, log
 
-    def one(student: str) -> tuple[str, str]:
+    def one(student: str) -> tuple[str, tuple[int, str]]:
         for _ in range(KERNEL_TRIES):
-            log = run(student)
+            code, log = run(student)
             if not any(s in log for s in KERNEL_NOT_STARTED):
                 break
             note(f"a kernel did not start for {student}: grading again")
-        return student, log
+        return student, (code, log)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = dict(pool.map(one, students))
-    for student in [s for s, log in results.items() if LOCKED in log]:
+    for student in [s for s, (_, log) in results.items() if LOCKED in log]:
         # SQLite lets one writer in at a time: a run that waited too long goes again, alone
         note(f"the gradebook was busy for {student}: grading again")
         results[student] = one(student)[1]
-    return {s: _nbgrader_error(log) for s, log in sorted(results.items()) if NBGRADER_FAILED in log}
+    return {s: _nbgrader_error(log) for s, (code, log) in sorted(results.items()) if code != 0 or NBGRADER_FAILED in log}
 
 
 def _nbgrader_error(log: str) -> str:
-    """What went wrong, from an nbgrader log: the exception that ends its first traceback, else its first error line."""
+    """What went wrong, from an nbgrader log: the exception that ends its first logged traceback, else its first error
+    line, else its last line (the exception of a traceback that nbgrader did not catch)."""
     lines = log.splitlines()
     errors = [i for i, line in enumerate(lines) if "| ERROR]" in line]
     for i in errors:
