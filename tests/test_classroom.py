@@ -228,7 +228,8 @@ def fake_nbgrader(monkeypatch, logs: dict[str, list[str]]) -> list[str]:
         student = args[args.index("--student") + 1]
         ran.append(student)
         log = logs[student].pop(0)
-        return subprocess.CompletedProcess(args, 1 if "There was an error" in log or "Traceback" in log else 0, log, "")
+        kwargs["stdout"].write(log)
+        return subprocess.CompletedProcess(args, 1 if "There was an error" in log or "Traceback" in log else 0)
 
     monkeypatch.setattr(classgrade.subprocess, "run", run)
     return ran

@@ -17,12 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
 from oomlab.classroom.build import build_course
 from oomlab.classroom.classgrade import _autograde, nbgrader_env
-from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks
+from oomlab.classroom.preprocessors import script_of
+from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks, script_name
 from oomlab.course import Course
 from oomlab.grading.pytest_plugin import cuda_available
 
@@ -226,7 +228,15 @@ def test_grading_the_class_at_once_scores_as_nbgrader_alone_does(graded, monkeyp
     monkeypatch.chdir(graded["root"])
     report = grade_class(ASSIGNMENT)
     assert {r.student: r.score for r in report.rows} == graded["scores"]
-    assert report.measured >= len(graded["students"]) - 3  # the syntax error and the deleted exercise are not measured
+    # each distinct script once: the copies of the untouched bug (under a patched grader, an emptied or deleted
+    # graded cell) are one run, the fix with and without its first line another, and a deleted exercise is none
+    scripts = {
+        script_of(nbformat.from_dict(c), script_name(EXERCISE))
+        for nb in graded["students"].values()
+        for c in nb["cells"]
+        if c["metadata"].get("oomlab", {}).get("role") == "exercise"
+    }
+    assert report.measured == len(scripts) == len(graded["students"]) - 5
     by_student = {r.student: r for r in report.rows}
     assert any("untampered" in why for why in by_student["reset-peak-stats"].reasons)
     assert by_student["reference"].reasons == ["the interview answer waits for manual grading"]

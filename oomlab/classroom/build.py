@@ -80,9 +80,19 @@ def config_text(course: Course) -> str:
     return f'''# The nbgrader settings OOM Lab's grading needs, written by `oomlab nbgrader build` (oomlab {__version__}) on
 # every build: edit nbgrader_config.py instead, which loads this file.
 # Assignments, one per module, in teaching order: {order}.
+import os
+import tempfile
+
 c = get_config()  # noqa: F821
 
 c.CourseDirectory.course_id = "{COURSE_ID}"
+
+# `oomlab nbgrader autograde` runs several students' nbgrader at once. Over TCP each picks its kernel's ports
+# by asking the system for free ones and handing them on, so two kernels starting together can be handed the
+# same port, and one of them never answers. Unix sockets named after this nbgrader process cannot collide.
+if os.name == "posix":
+    c.KernelManager.transport = "ipc"
+    c.KernelManager.ip = os.path.join(tempfile.gettempdir(), f"oomlab-kernel-{{os.getpid()}}")
 
 # The measuring cell runs the learner's script in a process of its own (time limit {limit:g} s) and, the first
 # time on a GPU, the reference fix as well; each process takes up to {START_S} s more to start.

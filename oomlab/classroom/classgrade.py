@@ -216,17 +216,18 @@ def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note
     logs = StateDir(root / PINNED).path / "class" / "logs" / assignment
 
     def run(student: str) -> tuple[int, str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"],
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            env=nbgrader_env(),
-        )
-        log = done.stdout + done.stderr
-        write_atomic(logs / f"{student}.log", log)
-        return done.returncode, log
+        path = logs / f"{student}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as log:  # written as nbgrader goes, so a slow student can be followed
+            code = subprocess.run(
+                [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"],
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=nbgrader_env(),
+            ).returncode
+        return code, path.read_text(encoding="utf-8", errors="replace")
 
     def one(student: str) -> tuple[str, tuple[int, str]]:
         for _ in range(KERNEL_TRIES):
