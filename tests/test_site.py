@@ -213,6 +213,12 @@ def test_measurements_page_shows_how_long_a_learner_waits_and_whether_forked_run
         for row in report["exercises"] + report.get("scripts", []):
             assert row["id"] in text and f"{row['diagnose_s']:.1f}" in text
         assert all(f"{row['recheck_warm_s']:.1f}" in text for row in report["exercises"])
+        if "class" in report:
+            row = report["class"]
+            assert (
+                f"for a class of {row['students']} ({row['notebooks']} notebooks" in text and f"{row['wall_s']} s in all" in text
+            )
+        assert "class_of" not in text and "_under_" not in text, "a target is shown by its key, not in words"
     else:
         assert "Not timed yet: on a CUDA GPU, make bench" in text
     equivalence = ROOT / "course" / "measurements" / "equivalence.json"
