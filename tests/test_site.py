@@ -105,20 +105,34 @@ def test_exercise_page_comes_from_its_manifest(site, course, ex_id):
         assert f"oomlab {cmd} {ex.id}" in text
 
 
+FOLD = re.compile(
+    r'<details class="(?P<kind>\w+)"(?P<open> open)?>\s*<summary>(?P<title>.*?)</summary>(?P<body>.*?)</details>', re.S
+)
+
+
 @pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
-def test_exercise_page_does_not_show_the_solution(site, course, ex_id):
+def test_exercise_page_shows_the_reference_fix_only_in_its_closed_fold(site, course, ex_id):
+    from oomlab.site.hooks import FIX_FOLD
+
     ex = course.get(ex_id)
     if not ex.solution_path.is_file():
         pytest.skip(f"{ex.id} has no reference solution")
-    text = text_of(exercise_page(site, ex.id))
+    raw = exercise_page(site, ex.id).read_text(encoding="utf-8")
+    folds = [m for m in FOLD.finditer(raw) if html.unescape(m["title"]).strip() == FIX_FOLD]
+    assert len(folds) == 1 and not folds[0]["open"], f"the page of {ex.id} has no closed fold '{FIX_FOLD}'"
+    inside = normalize(html.unescape(re.sub(r"<[^>]+>", "", folds[0]["body"])))
+    outside = normalize(html.unescape(re.sub(r"<[^>]+>", "", raw[: folds[0].start()] + raw[folds[0].end() :])))
     buggy = {normalize(line) for line in ex.learner_path.read_text(encoding="utf-8").splitlines()}
     fixed = {normalize(line) for line in ex.solution_path.read_text(encoding="utf-8").splitlines()}
+    added = [line for line in fixed - buggy if len(line) >= 16]
+    missing = [line for line in added if line not in inside]
+    assert not missing, f"the fold of {ex.id} does not show these lines of the reference fix: {missing}"
     # Wrong fixes and accepted alternatives are shown on purpose, folded under their own headings; a line
     # they share with the reference fix (a wrong fix that makes two of three fixes) is theirs to show.
     folded = (*ex.wrong_fixes, *ex.alternatives)
     shown = " | ".join(normalize(line) for fix in folded for edit in fix.edits for line in edit.replace.splitlines())
-    spoilers = [line for line in fixed - buggy if len(line) >= 16 and line in text and line not in shown]
-    assert not spoilers, f"the page of {ex.id} shows lines of the reference fix: {spoilers}"
+    spoilers = [line for line in added if line in outside and line not in shown]
+    assert not spoilers, f"the page of {ex.id} shows lines of the reference fix outside its fold: {spoilers}"
 
 
 def test_measurements_page_names_the_gpu(site):
@@ -228,3 +242,23 @@ def test_measurements_page_shows_how_long_a_learner_waits_and_whether_forked_run
         assert f"Of {table['runs']} runs, {equal} gave the same verdict" in text
     else:
         assert "Not compared yet" in text
+
+
+def test_the_recorded_error_is_shown_as_a_learner_alone_meets_it():
+    """verify runs many exercises on one GPU: the driver's lines about the other runs are left out, and counted."""
+    from oomlab.site.hooks import learner_view
+
+    message = (
+        "CUDA out of memory. Tried to allocate 128.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 120.33 GiB "
+        "is free. Process 8685 has 2.69 GiB memory in use. Including non-PyTorch memory, this process has 2.72 GiB memory "
+        "in use. Process 8708 has 2.50 GiB memory in use. Of the allocated memory 1.66 GiB is allocated by PyTorch"
+    )
+    shown, others = learner_view(message, cut=False)
+    assert others == 2 and "Process" not in shown and "this process has 2.72 GiB memory in use." in shown
+    assert shown.endswith("1.66 GiB is allocated by PyTorch")
+    shown, others = learner_view(message[: message.index("2.50")] + "2.5", cut=True)
+    assert others == 2 and shown.endswith("this process has 2.72 GiB memory in use.")
+    assert learner_view("CUDA out of memory. Tried to allocate 2.00 MiB.", cut=False) == (
+        "CUDA out of memory. Tried to allocate 2.00 MiB.",
+        0,
+    )

@@ -557,12 +557,43 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
     for i, hint in enumerate(ex.hints, 1):
         md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
 
-    md += measurement_section(ex)
+    # In the order a learner needs them: what the tool finds, then the fix, then the measurements that compare them.
     md += figure_section(ex)
+    md += fix_section(ex)
+    md += measurement_section(ex)
     md += wrong_fix_section(ex)
     md += alternatives_section(ex)
     md += interview_section(ex)
     return FRONT_MATTER + "\n".join(md) + "\n"
+
+
+FIX_FOLD = "The reference fix, as a change of the script above"
+
+
+def script_diff(ex: Exercise) -> str:
+    """The reference fix as a unified diff of the shipped script, with line numbers of both in its hunk headers."""
+    old = ex.learner_path.read_text(encoding="utf-8").splitlines()
+    new = ex.solution_path.read_text(encoding="utf-8").splitlines()
+    name = ex.learner_path.relative_to(ex.root).as_posix()
+    fixed = ex.solution_path.relative_to(ex.root).as_posix() if ex.solution_path.is_relative_to(ex.root) else name
+    return "\n".join(difflib.unified_diff(old, new, name, fixed, lineterm="", n=3))
+
+
+def fix_section(ex: Exercise) -> list[str]:
+    """The reference fix, folded: a diff whose comments say why each changed line is there."""
+    if not ex.solution_path.is_file():
+        return []
+    return [
+        "## The fix",
+        "",
+        "Open it once your own fix passes, or when the hints and the tool have not got you there. The comments at the "
+        f"changed lines say why. In the terminal, `oomlab solution {ex.id}` shows it once your version passes.",
+        "",
+        f'??? success "{FIX_FOLD}"',
+        "",
+        *indented(fence(script_diff(ex), "diff")),
+        "",
+    ]
 
 
 def measurement_section(ex: Exercise) -> list[str]:
@@ -604,8 +635,23 @@ def measurement_section(ex: Exercise) -> list[str]:
     return md
 
 
+_OTHER_PROCESS = re.compile(r"\bProcess \d+ has [\d.]+ [KMGT]?i?B memory in use\.")
 # Reports written before the whole first line was kept cut it at this many characters.
 CUT_AT = 300
+
+
+def learner_view(message: str, cut: bool) -> tuple[str, int]:
+    """The recorded message as a learner running alone meets it, and how many other processes' lines were left out.
+
+    The driver's part of the message lists every process holding memory on the GPU: others as *Process N has ...*,
+    the failing one as *Including non-PyTorch memory, this process has ...*; verify runs many exercises at once.
+    """
+    shown, others = _OTHER_PROCESS.subn("", message)
+    shown = " ".join(shown.split())
+    tail = shown.rfind("Process ")
+    if cut and tail >= 0 and "memory in use." not in shown[tail:]:  # another process's line, cut off mid-way
+        shown, others = shown[:tail].rstrip(), others + 1
+    return shown, others
 
 
 def error_section(ex: Exercise) -> list[str]:
@@ -615,15 +661,26 @@ def error_section(ex: Exercise) -> list[str]:
         return []
     where = f" at `{buggy['where']}`" if buggy.get("where") else ""
     cut = len(buggy["message"]) == CUT_AT
-    return [
+    shown, others = learner_view(buggy["message"], cut)
+    md = [
         "## What you will see",
         "",
         f"The shipped script, run under the budget on {measured_on(_state['report'])}, ends with this error{where}"
-        + (f" (its first {CUT_AT} characters, as that run recorded them):" if cut else ":"),
+        + (f" (the part of its first {CUT_AT} characters that the run recorded):" if cut else ":"),
         "",
-        fence(textwrap.fill(buggy["message"], 100, break_on_hyphens=False) + (" …" if cut else ""), "text"),
+        fence(textwrap.fill(shown, 100, break_on_hyphens=False) + (" …" if cut else ""), "text"),
         "",
     ]
+    if others:
+        jobs = (_state["report"] or {}).get("jobs")
+        md += [
+            f"Left out: the lines of {others} other process(es), the runs that `oomlab dev verify` measured beside it"
+            + (f", {jobs} at a time" if jobs else "")
+            + ". Run alone, the driver names only yours (*Including non-PyTorch memory, this process has …*), and *of "
+            "which … is free* no longer counts what they held.",
+            "",
+        ]
+    return md
 
 
 def figure_section(ex: Exercise) -> list[str]:
@@ -716,7 +773,14 @@ def alternatives_section(ex: Exercise) -> list[str]:
 def interview_section(ex: Exercise) -> list[str]:
     """The exercise's interview question, its model answer folded until asked for."""
     answer = "\n\n".join(prose(p) for p in ex.interview.answer.split("\n\n") if p.strip())
-    md = ["## In an interview", "", f"> {prose(ex.interview.question)}", "", '??? question "A model answer (about two minutes)"', ""]
+    md = [
+        "## In an interview",
+        "",
+        f"> {prose(ex.interview.question)}",
+        "",
+        '??? question "A model answer (about two minutes)"',
+        "",
+    ]
     md += indented(answer)
     return md + [""]
 
@@ -793,9 +857,7 @@ def equivalence_section(report: dict | None) -> list[str]:
         md += [
             '!!! warning "Runs that differ"',
             "",
-            "    "
-            + cell(", ".join(differ))
-            + f": in a figure, the final state or the workload's last bits; {same}.",
+            "    " + cell(", ".join(differ)) + f": in a figure, the final state or the workload's last bits; {same}.",
             "",
         ]
     return md
@@ -857,7 +919,9 @@ def speed_section(report: dict | None) -> list[str]:
         ]
     md += class_section(report.get("class"))
     md += ["", "| Target | Met |", "|---|---|"]
-    md += [f"| {TARGETS.get(name, cell(name))} | {'yes' if met else '**no**'} |" for name, met in report.get("targets", {}).items()]
+    md += [
+        f"| {TARGETS.get(name, cell(name))} | {'yes' if met else '**no**'} |" for name, met in report.get("targets", {}).items()
+    ]
     return md + [""]
 
 
