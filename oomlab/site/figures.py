@@ -12,9 +12,9 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-from pathlib import Path
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from pathlib import Path
 
 from oomlab.course.state import StateDir, write_atomic
 from oomlab.grading.truth import Variant
