@@ -262,3 +262,16 @@ def test_the_recorded_error_is_shown_as_a_learner_alone_meets_it():
         "CUDA out of memory. Tried to allocate 2.00 MiB.",
         0,
     )
+
+
+def test_each_exercise_page_draws_its_measured_runs_against_its_budget(site, course):
+    from oomlab.units import format_bytes
+
+    report = json.loads(VERIFY.read_text(encoding="utf-8"))
+    for row in report["exercises"]:
+        ex = course.get(row["id"])
+        svg = re.search(r'<svg class="oomlab-chart".*?</svg>', exercise_page(site, ex.id).read_text(encoding="utf-8"), re.S)
+        assert svg, f"{ex.id}: no picture of its runs"
+        assert f"budget {format_bytes(ex.budget_bytes)}" in svg[0]
+        for label, run in (("buggy script", row["buggy"]), ("reference solution", row["solution"])):
+            assert f"{label}: peak allocated {format_bytes(run['peak_allocated'])}" in svg[0], f"{ex.id}: {label}"

@@ -42,6 +42,7 @@ from oomlab.course.modules import MODULES  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
 from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
+from oomlab.site.charts import peaks_chart  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
@@ -624,6 +625,17 @@ def measurement_section(ex: Exercise) -> list[str]:
             '!!! warning "Measured on an older version of this exercise"',
             "",
             f"    {upper_first(problem)}: run `oomlab dev verify` again.",
+            "",
+        ]
+    chart = peaks_chart(
+        [*runs(row), *((f"accepted: {a.get('name', '?')}", a) for a in row.get("alternatives") or [])], ex.budget_bytes
+    )
+    if chart:
+        md += [
+            chart,
+            "",
+            "Each run's peak allocated memory (live tensors, dark) inside its peak reserved memory (the allocator's "
+            "cache, light), against the budget (dashed).",
             "",
         ]
     md += [RUN_HEADER, *(run_row(label, run) for label, run in runs(row)), ""]
