@@ -275,3 +275,24 @@ def test_each_exercise_page_draws_its_measured_runs_against_its_budget(site, cou
         assert f"budget {format_bytes(ex.budget_bytes)}" in svg[0]
         for label, run in (("buggy script", row["buggy"]), ("reference solution", row["solution"])):
             assert f"{label}: peak allocated {format_bytes(run['peak_allocated'])}" in svg[0], f"{ex.id}: {label}"
+
+
+def test_each_module_has_a_page_on_the_path_with_its_exercises_and_interview_questions(site, course):
+    from oomlab.course.modules import MODULES
+
+    index = (site / "index.html").read_text(encoding="utf-8")
+    modules = [m for m in MODULES if any(ex.module == m.name for ex in course.exercises)]
+    assert modules, "no module has exercises"
+    for number, module in enumerate(modules, 1):
+        page = site / "modules" / f"{module.name}.html"
+        assert page.is_file(), f"module {module.name} has no page"
+        text = text_of(page)
+        assert f"Module {number} of {len(modules)}" in text and first_words(module.goal, 5)[1:] in text
+        for ex in (e for e in course.exercises if e.module == module.name):
+            question = normalize(ex.interview.question.replace("`", ""))
+            assert ex.title in text and question in text, f"{ex.id} is not on the page of {module.name}"
+            assert f'href="../exercises/{ex.id}.html#in-an-interview"' in page.read_text(encoding="utf-8")
+        assert f'href="modules/{module.name}.html"' in index, f"the landing page does not lead to module {module.name}"
+        assert f'href="../modules/{module.name}.html"' in (site / "exercises" / f"{course.exercises[0].id}.html").read_text(
+            encoding="utf-8"
+        ), "the navigation does not hold the module pages"

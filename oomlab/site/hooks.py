@@ -7,8 +7,10 @@
   read verbatim; the reference solution is never shown;
 - ``measurements.md``, every figure rendered from ``course/measurements/verify.json``
   (written by ``oomlab dev verify`` on a GPU), so no number a run produced is typed by hand;
-- the ``Exercises`` section of the nav, in course order;
-- in hand-written pages, ``<!-- oomlab:exercises -->`` becomes a table of the
+- ``modules/NAME.md``, a page per module (:mod:`oomlab.site.module_pages`);
+- the ``Exercises`` section of the nav, module by module, in course order;
+- in hand-written pages, ``<!-- oomlab:modules -->`` becomes the path through the modules,
+  ``<!-- oomlab:exercises -->`` a table of the
   exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP;
 - in any page, ``<!-- oomlab:fact probe.key -->`` becomes a figure that a probe script in
   ``course/probes/`` measured, from ``course/measurements/facts.json`` (written by
@@ -38,11 +40,11 @@ if str(_ROOT) not in sys.path:  # mkdocs loads this file by path, not as graders
     sys.path.insert(0, str(_ROOT))
 
 from oomlab.course.manifest import STEP_NAMES, Exercise  # noqa: E402
-from oomlab.course.modules import MODULES  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
 from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.site.charts import peaks_chart  # noqa: E402
+from oomlab.site.module_pages import module_page, module_uri, modules_overview, taught  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
@@ -54,6 +56,7 @@ EQUIVALENCE_JSON = "measurements/equivalence.json"  # relative to docs_dir; writ
 PROBES = "probes"  # relative to docs_dir: the probe scripts behind facts.json
 PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
+MODULES_MARKER = "<!-- oomlab:modules -->"  # the path through the course, module by module
 
 
 FIGURES = (  # (verify.json key, column heading)
@@ -1016,9 +1019,8 @@ def on_config(config):
         log.info(_state["report_problem"])
 
     entries = [
-        {module.title: [{ex.title: page_uri(ex)} for ex in _state["exercises"] if ex.module == module.name]}
-        for module in MODULES
-        if any(ex.module == module.name for ex in _state["exercises"])
+        {module.title: [{"About this module": module_uri(module)}, *({ex.title: page_uri(ex)} for _, ex in chosen)]}
+        for module, chosen in taught(_state["exercises"])
     ]
     nav = config.nav
     if nav is not None:
@@ -1031,17 +1033,22 @@ def on_config(config):
 
 
 def on_files(files, config):
-    for uri in [*(page_uri(ex) for ex in _state["exercises"]), "measurements.md"]:
+    modules = [m for m, _ in taught(_state["exercises"])]
+    for uri in [*(page_uri(ex) for ex in _state["exercises"]), *map(module_uri, modules), "measurements.md"]:
         if files.get_file_from_path(uri) is not None:
             raise PluginError(f"course/{uri} exists, but the site generates that page: remove the file.")
     total = len(_state["exercises"])
     for number, ex in enumerate(_state["exercises"], 1):
         files.append(File.generated(config, page_uri(ex), content=exercise_page(ex, number, total)))
+    for module in modules:
+        files.append(File.generated(config, module_uri(module), content=module_page(module, _state["exercises"])))
     files.append(File.generated(config, "measurements.md", content=measurements_page()))
     return files
 
 
 def on_page_markdown(markdown, page, config, files):
+    if MODULES_MARKER in markdown:
+        markdown = markdown.replace(MODULES_MARKER, modules_overview(page.file.src_uri, _state["exercises"]))
     if "oomlab:exercises" in markdown:
         markdown = MARKER.sub(lambda m: exercise_list(page.file.src_uri, m.group(1)), markdown)
     if "oomlab:fact" in markdown:

@@ -1,0 +1,87 @@
+"""The course as a path: a page per module, and the overview of all of them on the landing page.
+
+Both come from :data:`oomlab.course.modules.MODULES` and the exercises' manifests,
+as ``oomlab list`` does, so a module gained or an exercise moved shows up here at
+the next build. A module page says what a learner will be able to do, lists its
+exercises in order (their titles, which do not name the bug) and the interview
+questions they end with; the answers stay folded on the exercise pages.
+"""
+
+from __future__ import annotations
+
+from oomlab.course.manifest import Exercise
+from oomlab.course.modules import MODULES, Module
+from oomlab.steps import step
+
+__all__ = ["module_page", "module_uri", "modules_overview", "taught"]
+
+
+def module_uri(module: Module) -> str:
+    return f"modules/{module.name}.md"
+
+
+def taught(exercises: list[Exercise]) -> list[tuple[Module, list[tuple[int, Exercise]]]]:
+    """Each module that has exercises, in teaching order, with its exercises and their numbers in the course."""
+    numbered = list(enumerate(exercises, 1))
+    out = [(m, [(n, ex) for n, ex in numbered if ex.module == m.name]) for m in MODULES]
+    return [(m, chosen) for m, chosen in out if chosen]
+
+
+def _link(from_uri: str, target: str) -> str:
+    return "../" * from_uri.count("/") + target
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def module_page(module: Module, exercises: list[Exercise]) -> str:
+    """The page of ``module``: its goal, its exercises, the interview questions they end with."""
+    path = taught(exercises)
+    index = next(i for i, (m, _) in enumerate(path) if m == module)
+    chosen = path[index][1]
+    uri = module_uri(module)
+    md = [
+        f"# {module.title}",
+        "",
+        f"Module {index + 1} of {len(path)}. When you have done it, you can: {module.goal[0].lower()}{module.goal[1:]}",
+        "",
+        "## The exercises",
+        "",
+        "In this order; `oomlab` on its own shows which one you are on.",
+        "",
+        "| # | Exercise | Workflow step | Budget |",
+        "|---:|---|---|---:|",
+    ]
+    for n, ex in chosen:
+        md.append(
+            f"| {n} | [{_cell(ex.title)}]({_link(uri, f'exercises/{ex.id}.md')}) "
+            f"| [{step(ex.step).heading}]({_link(uri, f'workflow.md#{ex.step}')}) | {ex.budget_mib:,.0f} MiB |"
+        )
+    md += [
+        "",
+        "## The interview questions",
+        "",
+        "Each exercise ends with one; try answering it before you open the model answer on the exercise's page.",
+        "",
+    ]
+    for n, ex in chosen:
+        md.append(f"- Exercise {n}: {ex.interview.question} ([answer]({_link(uri, f'exercises/{ex.id}.md#in-an-interview')}))")
+    neighbours = []
+    if index > 0:
+        before = path[index - 1][0]
+        neighbours.append(f"Before it: [{before.title}]({_link(uri, module_uri(before))}).")
+    if index + 1 < len(path):
+        after = path[index + 1][0]
+        neighbours.append(f"Next: [{after.title}]({_link(uri, module_uri(after))}).")
+    md += ["", " ".join(neighbours), ""]
+    return "\n".join(md)
+
+
+def modules_overview(page_src_uri: str, exercises: list[Exercise]) -> str:
+    """The path through the course as a table: each module, what it teaches, its exercises."""
+    lines = ["| Module | You will be able to | Exercises |", "|---|---|---|"]
+    for module, chosen in taught(exercises):
+        numbers = ", ".join(f"[{n}]({_link(page_src_uri, f'exercises/{ex.id}.md')})" for n, ex in chosen)
+        lines.append(f"| [{_cell(module.title)}]({_link(page_src_uri, module_uri(module))}) | {_cell(module.goal)} | {numbers} |")
+    return "\n".join(lines)
