@@ -25,6 +25,8 @@ class Step:
     title: str  # how the site and the overview title it
     short: str  # a few words for tables: "hunt references"
     summary: str  # what the tool does, one sentence: the CLI's help
+    question: str = ""  # what the step decides, as the workflow diagram asks it
+    remedy: str = ""  # what to do when the answer is yes
     options: dict = field(default_factory=dict, hash=False)  # probe options for a run from the command line
     figure_options: dict = field(default_factory=dict, hash=False)  # probe options for the site's pictures
 
@@ -45,6 +47,8 @@ STEPS: tuple[Step, ...] = (
         "snapshot",
         "record the allocator's history, dump a snapshot at the OOM or the end, and explain the fragmentation "
         "(given a .pickle snapshot instead of a target, it reads that file and runs nothing)",
+        question="Is the memory reserved by the allocator but in pieces no request fits?",
+        remedy="fewer distinct sizes, reuse, or expandable segments",
     ),
     Step(
         "hunt",
@@ -52,6 +56,8 @@ STEPS: tuple[Step, ...] = (
         "Hunt dangling graph references",
         "hunt references",
         "find GPU memory that outlives its step and name the object that holds it",
+        question="Does live memory grow from one step to the next?",
+        remedy="drop the reference that keeps it alive",
     ),
     Step(
         "profile",
@@ -63,6 +69,8 @@ STEPS: tuple[Step, ...] = (
         # a 12-epoch script took minutes. `--all-steps` lifts the bound for a peak that comes late.
         options={"max_steps": 20},
         figure_options={"max_steps": 3},
+        question="Does one step's peak go over the budget, flat from step to step?",
+        remedy="make that line's temporaries smaller, or free them sooner",
     ),
 )
 
