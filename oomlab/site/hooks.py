@@ -8,8 +8,10 @@
 - ``measurements.md``, every figure rendered from ``course/measurements/verify.json``
   (written by ``oomlab dev verify`` on a GPU), so no number a run produced is typed by hand;
 - ``modules/NAME.md``, a page per module (:mod:`oomlab.site.module_pages`);
+- ``cli.md``, the command reference, from the CLI itself (:mod:`oomlab.site.cli_reference`);
 - the ``Exercises`` section of the nav, module by module, in course order;
-- in hand-written pages, ``<!-- oomlab:modules -->`` becomes the path through the modules,
+- in hand-written pages, ``<!-- oomlab:workflow -->`` becomes the workflow's diagram
+  (:mod:`oomlab.site.diagram`), ``<!-- oomlab:modules -->`` the path through the modules,
   ``<!-- oomlab:exercises -->`` a table of the
   exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP;
 - in any page, ``<!-- oomlab:fact probe.key -->`` becomes a figure that a probe script in
@@ -44,6 +46,8 @@ from oomlab.errors import OomLabError  # noqa: E402
 from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.site.charts import peaks_chart  # noqa: E402
+from oomlab.site.cli_reference import cli_reference  # noqa: E402
+from oomlab.site.diagram import workflow_svg  # noqa: E402
 from oomlab.site.module_pages import module_page, module_uri, modules_overview, taught  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
@@ -57,6 +61,8 @@ PROBES = "probes"  # relative to docs_dir: the probe scripts behind facts.json
 PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
 MODULES_MARKER = "<!-- oomlab:modules -->"  # the path through the course, module by module
+WORKFLOW_MARKER = "<!-- oomlab:workflow -->"  # the workflow's steps as a diagram
+CLI_PAGE = "cli.md"  # the command reference, generated from the CLI itself
 
 
 FIGURES = (  # (verify.json key, column heading)
@@ -1034,7 +1040,7 @@ def on_config(config):
 
 def on_files(files, config):
     modules = [m for m, _ in taught(_state["exercises"])]
-    for uri in [*(page_uri(ex) for ex in _state["exercises"]), *map(module_uri, modules), "measurements.md"]:
+    for uri in [*(page_uri(ex) for ex in _state["exercises"]), *map(module_uri, modules), "measurements.md", CLI_PAGE]:
         if files.get_file_from_path(uri) is not None:
             raise PluginError(f"course/{uri} exists, but the site generates that page: remove the file.")
     total = len(_state["exercises"])
@@ -1043,10 +1049,13 @@ def on_files(files, config):
     for module in modules:
         files.append(File.generated(config, module_uri(module), content=module_page(module, _state["exercises"])))
     files.append(File.generated(config, "measurements.md", content=measurements_page()))
+    files.append(File.generated(config, CLI_PAGE, content=FRONT_MATTER + cli_reference()))
     return files
 
 
 def on_page_markdown(markdown, page, config, files):
+    if WORKFLOW_MARKER in markdown:
+        markdown = markdown.replace(WORKFLOW_MARKER, workflow_svg())
     if MODULES_MARKER in markdown:
         markdown = markdown.replace(MODULES_MARKER, modules_overview(page.file.src_uri, _state["exercises"]))
     if "oomlab:exercises" in markdown:
