@@ -296,3 +296,21 @@ def test_each_module_has_a_page_on_the_path_with_its_exercises_and_interview_que
         assert f'href="../modules/{module.name}.html"' in (site / "exercises" / f"{course.exercises[0].id}.html").read_text(
             encoding="utf-8"
         ), "the navigation does not hold the module pages"
+
+
+def test_the_workflow_page_draws_every_step_with_its_question_and_remedy(site):
+    from oomlab.steps import STEPS
+
+    raw = (site / "workflow.html").read_text(encoding="utf-8")
+    svg = re.search(r'<svg class="oomlab-diagram".*?</svg>', raw, re.S)
+    assert svg, "the workflow page has no diagram"
+    drawn = normalize(html.unescape(" ".join(re.findall(r">([^<>]+)</text>", svg[0]))))
+    for s in STEPS:
+        assert s.question and s.remedy, f"step {s.name} has no question or remedy to draw"
+        assert all(normalize(part) in drawn for part in (s.heading, s.question, s.remedy)), f"step {s.name} is not drawn"
+    assert drawn.index(STEPS[0].heading) < drawn.index(STEPS[-1].heading)
+
+
+def test_the_command_reference_is_a_page_of_the_site(site):
+    text = text_of(site / "cli.html")
+    assert "Command reference" in text and "oomlab check" in text and "oomlab nbgrader autograde" in text
