@@ -24,7 +24,7 @@ INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
 	|| $(PIP) "$(TORCH)"
 endif
 
-.PHONY: start test torch lint format docs serve verify equivalence bench figures facts clean
+.PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts clean
 
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -43,8 +43,27 @@ start: $(BIN)/oomlab torch
 
 # The project's own tests, the house rules, and the course checked against its manifests
 # (on a GPU every seeded bug, fix, wrong fix and cheat is measured; without one those skip).
-test: $(BIN)/oomlab torch lint
-	$(BIN)/python -m pytest tests graders --solutions
+# PYTEST_JOBS test files run at once (pytest-xdist); each file's tests stay together on one worker,
+# so a module's fixture (a built site, a graded class) is made once.
+PYTEST_JOBS ?= 2
+test: $(BIN)/oomlab torch lint browser
+	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile tests graders --solutions
+
+# tests/test_browser.py opens the built site in Debian's headless Chromium. As root with apt-get,
+# install it where it is missing (apt-get update only if the install fails without it); elsewhere
+# say in one line that the browser test will be skipped, and carry on.
+BROWSER_PACKAGES := chromium chromium-driver
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "browser: no /usr/bin/chromium or /usr/bin/chromedriver and no apt-get: tests/test_browser.py will be skipped"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "browser: no /usr/bin/chromium or /usr/bin/chromedriver and not root: tests/test_browser.py will be skipped (sudo apt-get install $(BROWSER_PACKAGES))"; \
+	else \
+		echo "browser: installing $(BROWSER_PACKAGES) with apt-get for tests/test_browser.py"; \
+		$(APT_INSTALL) 2>/dev/null || { apt-get update -qq && $(APT_INSTALL); }; \
+	fi
 
 lint: $(BIN)/oomlab
 	$(BIN)/ruff check .

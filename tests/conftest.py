@@ -22,3 +22,25 @@ def course_copy(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.resolve()))
     monkeypatch.delenv("OOMLAB_ROOT", raising=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The course site, built once per session by `mkdocs build --strict` into a tmp dir (needs the docs extra)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    pytest.importorskip("material", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    out = tmp_path_factory.mktemp("built_site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out

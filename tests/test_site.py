@@ -9,10 +9,7 @@ from __future__ import annotations
 import ast
 import html
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -44,18 +41,9 @@ def first_words(text: str, n: int = 6) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
-    return out
+def site(built_site) -> Path:
+    """The site as `mkdocs build --strict` builds it, once per test session (tests/conftest.py)."""
+    return built_site
 
 
 @pytest.fixture(scope="module")
