@@ -495,3 +495,23 @@ def test_peak_window_enlarges_a_short_step_only():
     assert start < 300.0 < 320.0 < end < 330.0
     result["timeline"]["step_ends_ms"] = [10.0]
     assert present.peak_window(result) is None  # the step is most of the run
+
+
+def test_code_run_while_profiling_stays_alive_until_the_events_are_parsed(tmp_path):
+    """The profiler names Python calls from their code objects only when its events are parsed, after the script;
+    code that exec() ran and dropped (the script's, an imported module's) must still be there, or a name comes back
+    as freed memory and the operator table is lost."""
+    import gc
+    import weakref
+
+    tool = probe.Probe(torch, tmp_path / "out", {"script": str(write_script(tmp_path))})
+    tool.start()
+    code = compile("x = 1", str(tmp_path / "imported_while_profiling.py"), "exec")
+    exec(code, {})  # as runpy runs a script and importlib a module's body
+    alive = weakref.ref(code)
+    del code
+    gc.collect()
+    assert alive() is not None, "the code was dropped while the profiler still names its calls"
+    tool.finish(None, {})
+    gc.collect()
+    assert alive() is None, "the probe keeps code alive after it is done"

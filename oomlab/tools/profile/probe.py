@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 
 from oomlab.frames import failed_at
@@ -47,9 +48,18 @@ class Probe(base.Probe):
     steps = 0  # optimizer steps counted by that hook, profiled or not
     profiled_steps = 0  # of which the profiler saw
     stopped = False  # the profiler has been stopped (by the hook, or at the end)
+    kept_code: list | None = None  # the code exec() ran while profiling, alive until the events are parsed
 
     def on_start(self) -> None:
         from torch.profiler import ProfilerActivity, profile  # a submodule: imported, not reached as an attribute
+
+        # The profiler reads the name of a Python call from its code object only when the events are parsed, after
+        # the script ended; by then the module code that exec() ran (the script's, through runpy, and that of every
+        # module imported while profiling, such as torch._dynamo at AdamW's first step) has been dropped, and the name
+        # could come back as freed memory (a UnicodeDecodeError that lost the operator table, about one CPU run in
+        # ten). An audit hook, which sees every exec(), keeps that code alive until the probe is done.
+        self.kept_code = []
+        sys.addaudithook(self._keep_executed_code)
 
         activities = [ProfilerActivity.CPU]
         if self.torch.cuda.is_available():
@@ -87,7 +97,12 @@ class Probe(base.Probe):
         result["headline"] = analysis.headline(result)  # now that it knows which steps it saw
         return result
 
+    def _keep_executed_code(self, event: str, args: tuple) -> None:
+        if event == "exec" and self.kept_code is not None and args:
+            self.kept_code.append(args[0])
+
     def close(self) -> None:
+        self.kept_code = None  # an audit hook cannot be removed: it stops keeping anything
         if self.hook is not None:
             self.hook.remove()
             self.hook = None
