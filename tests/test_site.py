@@ -302,3 +302,13 @@ def test_the_workflow_page_draws_every_step_with_its_question_and_remedy(site):
 def test_the_command_reference_is_a_page_of_the_site(site):
     text = text_of(site / "cli.html")
     assert "Command reference" in text and "oomlab check" in text and "oomlab nbgrader autograde" in text
+
+
+def test_a_hand_written_page_shows_a_drawn_figure_through_its_marker(site):
+    figures = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["figures"]
+    drawn = {f for figure in figures.values() for f in figure.get("files") or []}
+    raw = (site / "allocator.html").read_text(encoding="utf-8")
+    assert "oomlab:figure" not in raw
+    for name in ("ragged-batches-bug-segments.png", "ragged-batches-fix-segments.png"):
+        assert (f'src="figures/{name}"' in raw) == (name in drawn), name
+        assert (f"The picture {name} is not drawn yet" in text_of(site / "allocator.html")) == (name not in drawn)

@@ -10,7 +10,9 @@
 - ``modules/NAME.md``, a page per module (:mod:`oomlab.site.module_pages`);
 - ``cli.md``, the command reference, from the CLI itself (:mod:`oomlab.site.cli_reference`);
 - the ``Exercises`` section of the nav, module by module, in course order;
-- in hand-written pages, ``<!-- oomlab:workflow -->`` becomes the workflow's diagram
+- in hand-written pages, ``<!-- oomlab:figure FILE alt -->`` becomes a picture that
+  ``oomlab dev figures`` drew (or says it is not drawn yet),
+  ``<!-- oomlab:workflow -->`` the workflow's diagram
   (:mod:`oomlab.site.diagram`), ``<!-- oomlab:modules -->`` the path through the modules,
   ``<!-- oomlab:exercises -->`` a table of the
   exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP;
@@ -63,6 +65,8 @@ MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
 MODULES_MARKER = "<!-- oomlab:modules -->"  # the path through the course, module by module
 WORKFLOW_MARKER = "<!-- oomlab:workflow -->"  # the workflow's steps as a diagram
 CLI_PAGE = "cli.md"  # the command reference, generated from the CLI itself
+# <!-- oomlab:figure FILE alt text --> in a hand-written page: a picture `oomlab dev figures` drew, once it has
+FIGURE_MARKER = re.compile(r"<!--\s*oomlab:figure\s+(?P<file>[\w.-]+)\s+(?P<alt>.*?)\s*-->", re.S)
 
 
 FIGURES = (  # (verify.json key, column heading)
@@ -971,6 +975,14 @@ def _seconds(value) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
+def figure_image(page_src_uri: str, name: str, alt: str) -> str:
+    """A picture from course/figures/ that figures.json lists, or a line saying what will draw it."""
+    drawn = {f for figure in _state["figures"].get("figures", {}).values() for f in figure.get("files") or []}
+    if name not in drawn:
+        return f"*(The picture {name} is not drawn yet: on a CUDA GPU, `oomlab dev figures` draws it.)*"
+    return f"![{' '.join(alt.split())}]({link_from(page_src_uri, 'figures/' + name)})"
+
+
 def exercise_list(page_src_uri: str, step_name: str | None) -> str:
     exercises = _state["exercises"]
     if step_name is not None:
@@ -1054,6 +1066,8 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
+    if "oomlab:figure" in markdown:
+        markdown = FIGURE_MARKER.sub(lambda m: figure_image(page.file.src_uri, m["file"], m["alt"]), markdown)
     if WORKFLOW_MARKER in markdown:
         markdown = markdown.replace(WORKFLOW_MARKER, workflow_svg())
     if MODULES_MARKER in markdown:
