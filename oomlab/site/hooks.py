@@ -50,6 +50,7 @@ from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.site.charts import peaks_chart  # noqa: E402
 from oomlab.site.cli_reference import cli_reference  # noqa: E402
 from oomlab.site.diagram import workflow_svg  # noqa: E402
+from oomlab.site.markdown import cell, link_from  # noqa: E402
 from oomlab.site.module_pages import module_page, module_uri, modules_overview, taught  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
@@ -130,11 +131,6 @@ def prose(text: str) -> str:
     return "".join(out)
 
 
-def cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def budget(ex: Exercise) -> str:
     return (
         f"{ex.budget_bytes / MIB:,.0f} MiB ({ex.budget_bytes:,} bytes)"
@@ -159,12 +155,6 @@ def edit_diff(edit) -> str:
 
 def page_uri(ex: Exercise) -> str:
     return f"exercises/{ex.id}.md"
-
-
-def link_from(page_src_uri: str, target: str) -> str:
-    """A relative link from one docs page's source path to another."""
-    depth = page_src_uri.count("/")
-    return "../" * depth + target
 
 
 # --------------------------------------------------------------------------- verify.json

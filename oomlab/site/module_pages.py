@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from oomlab.course.manifest import Exercise
 from oomlab.course.modules import MODULES, Module
+from oomlab.site.markdown import cell, link_from
 from oomlab.steps import step
 
 __all__ = ["module_page", "module_uri", "modules_overview", "taught"]
@@ -25,14 +26,6 @@ def taught(exercises: list[Exercise]) -> list[tuple[Module, list[tuple[int, Exer
     numbered = list(enumerate(exercises, 1))
     out = [(m, [(n, ex) for n, ex in numbered if ex.module == m.name]) for m in MODULES]
     return [(m, chosen) for m, chosen in out if chosen]
-
-
-def _link(from_uri: str, target: str) -> str:
-    return "../" * from_uri.count("/") + target
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def module_page(module: Module, exercises: list[Exercise]) -> str:
@@ -55,8 +48,8 @@ def module_page(module: Module, exercises: list[Exercise]) -> str:
     ]
     for n, ex in chosen:
         md.append(
-            f"| {n} | [{_cell(ex.title)}]({_link(uri, f'exercises/{ex.id}.md')}) "
-            f"| [{step(ex.step).heading}]({_link(uri, f'workflow.md#{ex.step}')}) | {ex.budget_mib:,.0f} MiB |"
+            f"| {n} | [{cell(ex.title)}]({link_from(uri, f'exercises/{ex.id}.md')}) "
+            f"| [{step(ex.step).heading}]({link_from(uri, f'workflow.md#{ex.step}')}) | {ex.budget_mib:,.0f} MiB |"
         )
     md += [
         "",
@@ -66,14 +59,16 @@ def module_page(module: Module, exercises: list[Exercise]) -> str:
         "",
     ]
     for n, ex in chosen:
-        md.append(f"- Exercise {n}: {ex.interview.question} ([answer]({_link(uri, f'exercises/{ex.id}.md#in-an-interview')}))")
+        md.append(
+            f"- Exercise {n}: {ex.interview.question} ([answer]({link_from(uri, f'exercises/{ex.id}.md#in-an-interview')}))"
+        )
     neighbours = []
     if index > 0:
         before = path[index - 1][0]
-        neighbours.append(f"Before it: [{before.title}]({_link(uri, module_uri(before))}).")
+        neighbours.append(f"Before it: [{before.title}]({link_from(uri, module_uri(before))}).")
     if index + 1 < len(path):
         after = path[index + 1][0]
-        neighbours.append(f"Next: [{after.title}]({_link(uri, module_uri(after))}).")
+        neighbours.append(f"Next: [{after.title}]({link_from(uri, module_uri(after))}).")
     md += ["", " ".join(neighbours), ""]
     return "\n".join(md)
 
@@ -82,6 +77,8 @@ def modules_overview(page_src_uri: str, exercises: list[Exercise]) -> str:
     """The path through the course as a table: each module, what it teaches, its exercises."""
     lines = ["| Module | You will be able to | Exercises |", "|---|---|---|"]
     for module, chosen in taught(exercises):
-        numbers = ", ".join(f"[{n}]({_link(page_src_uri, f'exercises/{ex.id}.md')})" for n, ex in chosen)
-        lines.append(f"| [{_cell(module.title)}]({_link(page_src_uri, module_uri(module))}) | {_cell(module.goal)} | {numbers} |")
+        numbers = ", ".join(f"[{n}]({link_from(page_src_uri, f'exercises/{ex.id}.md')})" for n, ex in chosen)
+        lines.append(
+            f"| [{cell(module.title)}]({link_from(page_src_uri, module_uri(module))}) | {cell(module.goal)} | {numbers} |"
+        )
     return "\n".join(lines)
