@@ -51,7 +51,14 @@ from oomlab.site.charts import peaks_chart  # noqa: E402
 from oomlab.site.cli_reference import cli_reference  # noqa: E402
 from oomlab.site.diagram import workflow_svg  # noqa: E402
 from oomlab.site.markdown import cell, link_from  # noqa: E402
-from oomlab.site.module_pages import module_page, module_uri, modules_overview, taught  # noqa: E402
+from oomlab.site.module_pages import (  # noqa: E402
+    exercise_table,
+    module_page,
+    module_uri,
+    modules_overview,
+    page_uri,
+    taught,
+)
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
@@ -151,10 +158,6 @@ def edit_diff(edit) -> str:
     old, new = edit.find.rstrip("\n").split("\n"), edit.replace.rstrip("\n").split("\n")
     lines = difflib.unified_diff(old, new, lineterm="", n=max(len(old), len(new)))
     return "\n".join(line for line in lines if not line.startswith(("---", "+++", "@@")))
-
-
-def page_uri(ex: Exercise) -> str:
-    return f"exercises/{ex.id}.md"
 
 
 # --------------------------------------------------------------------------- verify.json
@@ -983,13 +986,7 @@ def exercise_list(page_src_uri: str, step_name: str | None) -> str:
         chosen = [(n, ex) for n, ex in enumerate(exercises, 1) if ex.step == step_name]
         items = [f"    - Exercise {n}: [{ex.title}]({link_from(page_src_uri, page_uri(ex))})" for n, ex in chosen]
         return '!!! example "Practise this step"\n\n' + ("\n".join(items) or "    No exercise teaches this step yet.")
-    lines = ["| # | Exercise | Workflow step | Budget |", "|---:|---|---|---:|"]
-    for n, ex in enumerate(exercises, 1):
-        step_link = link_from(page_src_uri, f"workflow.md#{ex.step}")
-        lines.append(
-            f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) | [{step(ex.step).heading}]({step_link}) | {ex.budget_mib:,.0f} MiB |"
-        )
-    return "\n".join(lines)
+    return exercise_table(page_src_uri, list(enumerate(exercises, 1)))
 
 
 # --------------------------------------------------------------------------- hooks

@@ -21,6 +21,21 @@ def module_uri(module: Module) -> str:
     return f"modules/{module.name}.md"
 
 
+def page_uri(ex: Exercise) -> str:
+    return f"exercises/{ex.id}.md"
+
+
+def exercise_table(page_src_uri: str, numbered: list[tuple[int, Exercise]]) -> str:
+    """Exercises with their numbers in the course, as a table: title, workflow step and budget (the titles name no bug)."""
+    lines = ["| # | Exercise | Workflow step | Budget |", "|---:|---|---|---:|"]
+    for n, ex in numbered:
+        lines.append(
+            f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) "
+            f"| [{step(ex.step).heading}]({link_from(page_src_uri, f'workflow.md#{ex.step}')}) | {ex.budget_mib:,.0f} MiB |"
+        )
+    return "\n".join(lines)
+
+
 def taught(exercises: list[Exercise]) -> list[tuple[Module, list[tuple[int, Exercise]]]]:
     """Each module that has exercises, in teaching order, with its exercises and their numbers in the course."""
     numbered = list(enumerate(exercises, 1))
@@ -43,15 +58,7 @@ def module_page(module: Module, exercises: list[Exercise]) -> str:
         "",
         "In this order; `oomlab` on its own shows which one you are on.",
         "",
-        "| # | Exercise | Workflow step | Budget |",
-        "|---:|---|---|---:|",
-    ]
-    for n, ex in chosen:
-        md.append(
-            f"| {n} | [{cell(ex.title)}]({link_from(uri, f'exercises/{ex.id}.md')}) "
-            f"| [{step(ex.step).heading}]({link_from(uri, f'workflow.md#{ex.step}')}) | {ex.budget_mib:,.0f} MiB |"
-        )
-    md += [
+        exercise_table(uri, chosen),
         "",
         "## The interview questions",
         "",
@@ -59,9 +66,7 @@ def module_page(module: Module, exercises: list[Exercise]) -> str:
         "",
     ]
     for n, ex in chosen:
-        md.append(
-            f"- Exercise {n}: {ex.interview.question} ([answer]({link_from(uri, f'exercises/{ex.id}.md#in-an-interview')}))"
-        )
+        md.append(f"- Exercise {n}: {ex.interview.question} ([answer]({link_from(uri, page_uri(ex) + '#in-an-interview')}))")
     neighbours = []
     if index > 0:
         before = path[index - 1][0]
@@ -77,7 +82,7 @@ def modules_overview(page_src_uri: str, exercises: list[Exercise]) -> str:
     """The path through the course as a table: each module, what it teaches, its exercises."""
     lines = ["| Module | You will be able to | Exercises |", "|---|---|---|"]
     for module, chosen in taught(exercises):
-        numbers = ", ".join(f"[{n}]({link_from(page_src_uri, f'exercises/{ex.id}.md')})" for n, ex in chosen)
+        numbers = ", ".join(f"[{n}]({link_from(page_src_uri, page_uri(ex))})" for n, ex in chosen)
         lines.append(
             f"| [{cell(module.title)}]({link_from(page_src_uri, module_uri(module))}) | {cell(module.goal)} | {numbers} |"
         )
