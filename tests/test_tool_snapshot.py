@@ -25,6 +25,7 @@ from oomlab.measure.harness import CHILD
 from oomlab.oom import parse_message
 from oomlab.tools.snapshot import analysis, present, probe
 from oomlab.units import MIB
+from tests.test_nvml import fake_pynvml
 
 TORCH_LIB = "/opt/torch/.venv/lib/python3.12/site-packages/torch"
 TRAIN_PY = textwrap.dedent(
@@ -428,24 +429,36 @@ class FakeOutOfMemoryError(RuntimeError):
 
 
 def fake_torch(snap: dict, calls: list, available=True, snapshot_error=None):
-    """The few torch.cuda calls the probe makes, recorded."""
+    """The few torch.cuda calls the probe makes, recorded. Nothing is reserved until the script has run."""
+    reserved = {"now": 0}
 
     def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None):
         calls.append({"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries})
 
     def _snapshot(device=None):
+        reserved["now"] = 7  # the script ran
         if snapshot_error:
             raise snapshot_error
         return snap
 
+    def memory_stats(device=None):
+        return {"reserved_bytes.all.current": reserved["now"], "inactive_split_bytes.all.current": 3, "num_ooms": 1}
+
     memory = types.SimpleNamespace(_record_memory_history=_record_memory_history, _snapshot=_snapshot)
     cuda = types.SimpleNamespace(
         is_available=lambda: available,
+        device_count=lambda: 1,
         memory=memory,
         OutOfMemoryError=FakeOutOfMemoryError,
-        memory_stats=lambda: {"reserved_bytes.all.current": 7, "inactive_split_bytes.all.current": 3, "num_ooms": 1},
+        memory_stats=memory_stats,
     )
     return types.SimpleNamespace(cuda=cuda, __version__="2.11.0+cu130")
+
+
+@pytest.fixture(autouse=True)
+def no_driver(monkeypatch):
+    """No NVML unless a test brings a fake one: the probe's figures must not depend on the machine running the tests."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
 
 
 def test_probe_writes_protocol_4_pickle_and_json(tmp_path, train_py):
@@ -619,6 +632,170 @@ def test_draw_an_empty_snapshot(tmp_path):
     assert all(p.stat().st_size > 0 for p in present.draw(r, tmp_path))
 
 
+# --------------------------------------------------------------------------- memory outside the allocator
+
+
+def probe_with_driver(tmp_path, snap, monkeypatch, at_start: int, at_snapshot: int) -> dict:
+    """Run the probe on ``snap`` with a fake driver that counts ``at_start``, then ``at_snapshot``, for this process."""
+    devices = [[(os.getpid(), at_start)]]
+    module, _ = fake_pynvml(devices)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    torch = fake_torch(snap, [])
+    taken = torch.cuda.memory._snapshot
+
+    def snapshot_as_the_driver_moves(device=None):
+        devices[0] = [(os.getpid(), at_snapshot)]
+        return taken(device)
+
+    torch.cuda.memory._snapshot = snapshot_as_the_driver_moves
+    tool = probe.Probe(torch, tmp_path, {})
+    tool.start()
+    tool.finish(None, {})
+    return json.loads((tmp_path / "snapshot.json").read_text())
+
+
+def test_probe_reports_what_the_driver_counts_beside_reserved(tmp_path, train_py, monkeypatch):
+    reserved = (16 + 40 + 2 + 36 * 32 + 32) * MIB  # the fragmented snapshot's segments
+    result = probe_with_driver(tmp_path, fragmented(train_py), monkeypatch, 520 * MIB, reserved + 742 * MIB)
+    driver = result["driver"]
+    assert driver["available"] and driver["used"] == reserved + 742 * MIB and driver["reserved"] == reserved
+    assert driver["outside"] == 742 * MIB
+    assert (driver["context"], driver["context_source"], driver["rest"]) == (520 * MIB, "start", 222 * MIB)
+    assert driver["summary"].startswith(
+        "The driver says this process uses 1,984.0 MiB; the allocator reserved 1,242.0 MiB; outside the allocator 742.0 MiB "
+        "(the CUDA context about 520.0 MiB, measured in this process when the script began; the rest, 222.0 MiB:"
+    )
+    from rich.console import Console
+
+    console = Console(record=True, width=300)
+    for item in present.render(result):
+        console.print(item)
+    text = console.export_text()
+    assert "driver (NVML)" in text and "1,984.0 MiB" in text and "outside the allocator" in text
+    assert driver["summary"][:80] in text
+
+
+def test_probe_without_nvml_says_the_figure_is_unavailable(tmp_path, train_py):
+    tool = probe.Probe(fake_torch(fragmented(train_py), []), tmp_path, {})
+    tool.start()
+    tool.finish(None, {})
+    result = json.loads((tmp_path / "snapshot.json").read_text())
+    assert result["kind"] == "fragmentation", "the analysis stands without the driver's figure"
+    assert result["driver"] == {
+        "available": False,
+        "reason": "NVML's Python bindings are not installed (pip install nvidia-ml-py)",
+        "summary": "The driver's figure for this process (NVML) is unavailable: NVML's Python bindings are not installed "
+        "(pip install nvidia-ml-py).",
+    }
+
+
+def test_a_snapshot_from_a_file_has_no_driver_figure(train_py):
+    from rich.console import Console
+
+    r = analysis.analyze(fragmented(train_py))
+    assert r["driver"] is None
+    console = Console(record=True, width=200)
+    for item in present.render(r):
+        console.print(item)
+    assert "driver" not in console.export_text()
+
+
+# --------------------------------------------------------------------------- big snapshots
+
+
+def test_a_big_snapshot_gives_a_bounded_result():
+    from oomlab.bench.big_snapshot import synthetic
+
+    snap = synthetic(events=60_000, depth=24)
+    pickled = len(pickle.dumps(snap, protocol=4))
+    trace = snap["device_traces"][0]
+    assert len(trace) == 60_000 and pickled > 5 * MIB
+    r = analysis.analyze(snap, max_entries=200_000)
+    assert r["totals"]["segments"] == len(snap["segments"]) == 120  # the totals count every segment
+    assert len(r["segments"]) == min(120, analysis.MAX_LISTED_SEGMENTS)
+    assert max(len(s["layout"]) for s in r["segments"]) == analysis.MAX_LAYOUT_RUNS  # the 1,024-block segment
+    tl = r["timeline"]
+    assert tl["events"] == 60_000 and len(tl["index"]) <= analysis.MAX_TIMELINE_POINTS
+    # the peak survives the downsampling: walk the whole history here, the slow way
+    level = r["totals"]["requested"] - sum(analysis.ALLOCATED_DELTA.get(e["action"], 0) * e["size"] for e in trace)
+    peak = level
+    for e in trace:
+        level += analysis.ALLOCATED_DELTA.get(e["action"], 0) * e["size"]
+        peak = max(peak, level)
+    assert tl["peak_allocated"] == peak == max(tl["allocated"])
+    assert len(json.dumps(r)) < pickled / 10
+
+
+def test_a_segment_of_many_blocks_is_listed_in_a_bounded_layout(tmp_path):
+    b = Builder()
+    b.segment([block(2048, "active_allocated" if k % 2 == 0 else "inactive") for k in range(1024)], pool="small")
+    b.segment(
+        [block(2048, "active_allocated" if k % 2 == 0 else "inactive") for k in range(analysis.MAX_LAYOUT_RUNS)], pool="small"
+    )
+    result = analysis.analyze(b.snapshot())
+    many, exact = sorted(result["segments"], key=lambda s: -s["total"])
+    assert len(many["layout"]) == analysis.MAX_LAYOUT_RUNS
+    *drawn, rest = many["layout"]
+    assert rest == [(analysis.MAX_LAYOUT_RUNS - 1) * 2048, 2 * MIB - (analysis.MAX_LAYOUT_RUNS - 1) * 2048, analysis.MIXED]
+    assert [run[2] for run in drawn[:4]] == ["live", "free", "live", "free"]
+    assert all(a[0] + a[1] == b[0] for a, b in zip(many["layout"], many["layout"][1:], strict=False))
+    assert many["free"] == 512 * 2048 and many["largest_free"] == 2048  # the figures still count every block
+    # exactly as many runs as listed: nothing summarised
+    assert len(exact["layout"]) == analysis.MAX_LAYOUT_RUNS and analysis.MIXED not in {run[2] for run in exact["layout"]}
+    assert [p.name for p in present.draw(result, tmp_path)] == ["segments.png", "timeline.png"]
+
+
+def test_the_shared_pickle_keeps_torchs_shared_frames(tmp_path):
+    from oomlab.bench.big_snapshot import SCRIPT, synthetic
+
+    snap = synthetic(events=20_000, depth=24)
+    as_torch_writes_it = len(pickle.dumps(snap, protocol=4))
+    path = probe.write_snapshot_pickle(snap, tmp_path / "snapshot.pickle", root="/home/learner/project")
+    assert path.stat().st_size < 1.02 * as_torch_writes_it  # not one copy of each frame per event
+    shared = analysis.load_snapshot(path)
+    trace = shared["device_traces"][0]
+    script_frames = {id(f) for e in trace for f in e["frames"] if f["filename"] == "train.py"}
+    assert 0 < len(script_frames) <= 50  # the synthetic script's 50 lines, each one frame shared by many events
+    live = next(b for seg in shared["segments"] for b in seg["blocks"] if b["state"] == "active_allocated")
+    assert any(e["frames"] is live["frames"] for e in trace), "a block shares its stack with its alloc event"
+    assert SCRIPT in {f["filename"] for e in snap["device_traces"][0] for f in e["frames"]}, "the run's snapshot keeps its names"
+
+
+def test_file_names_come_back_when_writing_fails(tmp_path, train_py):
+    snap = fragmented(train_py)
+    before = filenames(snap)
+    with pytest.raises(RuntimeError), analysis.shareable(snap, str(tmp_path)):
+        assert str(train_py) not in filenames(snap)
+        raise RuntimeError("disk full")
+    assert filenames(snap) == before
+
+
+def test_downsample_reads_points_as_they_come():
+    def points():
+        for i in range(10_001):
+            yield i, (900 if i == 4321 else i % 7), i % 5, i * 10
+
+    index, alloc, res, times = analysis.downsample(points(), 10_001, 100)
+    assert len(index) == 100 and max(alloc) == 900 and max(res) == 4
+    assert 4321 in index and times[index.index(4321)] == 43210
+    assert analysis.downsample(iter([]), 0, 100) == ([], [], [], [])
+
+
+def test_the_big_snapshot_bench_runs_end_to_end_on_a_small_one(tmp_path):
+    from oomlab.bench import big_snapshot
+
+    report = big_snapshot.measure(events=20_000, depth=16, source="synthetic", keep=tmp_path)
+    assert report["source"] == "synthetic" and report["events"] == 20_000
+    assert report["pickle_bytes"] == (tmp_path / "snapshot.pickle").stat().st_size
+    # the probe's dump of it: shorter file names, every shared frame still written once
+    assert 0.8 * report["pickle_bytes"] < report["dumped_bytes"] < 1.02 * report["pickle_bytes"]
+    steps = [report["rss_after"][k] for k in ("imports", "load", "analyze", "render", "draw", "dump")]
+    assert steps == sorted(steps) and report["peak_rss_bytes"] == steps[-1]
+    assert report["timeline_points"] <= analysis.MAX_TIMELINE_POINTS and report["kind"] == "fragmentation"
+    assert sorted(p.name for p in (tmp_path / "pictures").glob("*.png")) == ["segments.png", "timeline.png"]
+    json.dumps(report)
+
+
 # --------------------------------------------------------------------------- on a GPU
 
 GPU_SCRIPT = textwrap.dedent(
@@ -677,3 +854,10 @@ def test_probe_on_a_real_oom(tmp_path):
     assert result["oom"]["failed_request"] == 200 * MIB and not result["oom"]["fits_in_a_free_block"]
     assert result["pinned_groups"][0]["site"]["label"] == "frag.py:6"
     assert result["timeline"]["allocated"][-1] == result["totals"]["requested"]
+    driver = result["driver"]  # the driver's figure where nvidia-ml-py is installed, else why not
+    if driver["available"]:
+        assert driver["reserved"] == result["totals"]["reserved"] and driver["context_source"] == "start"
+        assert driver["context"] > 100 * MIB, "a CUDA context costs hundreds of MiB"
+        assert driver["summary"].startswith("The driver says this process uses")
+    else:
+        assert "unavailable" in driver["summary"] and driver["reason"]

@@ -5,7 +5,7 @@
 :func:`analyze` turns it into the tool's JSON-ready result: totals, the
 segments' occupancy, the segments live blocks pin, who owns the live bytes,
 the memory over the recorded history (:func:`timeline`), and the
-:func:`verdict`. :func:`shareable` is the copy that goes into a shared pickle.
+:func:`verdict`. :func:`shareable` names files as a shared pickle should.
 
 Standard library only (and oomlab's standard-library modules): the probe
 imports this inside the measured process, and the tests drive it with
@@ -14,7 +14,10 @@ synthetic snapshots and no GPU.
 
 from __future__ import annotations
 
-import io
+import contextlib
+import functools
+import heapq
+import itertools
 import linecache
 import os
 import pickle
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from oomlab.errors import OomLabError
 from oomlab.frames import is_library, is_script, portable
+from oomlab.measure.nvml import outside_allocator
 from oomlab.units import MIB, format_bytes
 
 __all__ = [
@@ -45,10 +49,12 @@ MAX_TIMELINE_POINTS = 2000
 MAX_LISTED_SEGMENTS = 500  # in the JSON; the totals always cover every segment
 MAX_LISTED_PINNED = 100
 MAX_LISTED_OWNERS = 20
+MAX_LAYOUT_RUNS = 200  # runs of blocks listed per segment; the last one covers whatever is left
 STRANDED_SHARE = 0.2  # stranded free space worth calling fragmentation, as a share of reserved
 STRANDED_FLOOR = 32 * MIB  # ... and at least this much, so a few small-pool segments don't count
 
 LIVE, PENDING, FREE = "live", "pending", "free"
+MIXED = "mixed"  # a layout run that covers blocks of more than one state (see MAX_LAYOUT_RUNS)
 RESERVED_DELTA = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 # A block stops being allocated when it is freed (free_requested); free_completed only ends the
 # wait on other streams, as the snapshot's active_allocated vs active_pending_free says. Both
@@ -87,13 +93,13 @@ def load_snapshot(path) -> dict:
     if path.is_dir():
         raise OomLabError(f"{path} is a folder, not a snapshot file.", "Give the path of the .pickle file.")
     try:
-        data = path.read_bytes()
+        # Unpickled straight from the file: a snapshot of hundreds of MB is not held twice, as bytes and as objects.
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise OomLabError(f"{path} is empty: the run stopped before the snapshot was written.", retake)
+            snapshot = _PlainDataUnpickler(f).load()
     except OSError as err:
         raise OomLabError(f"Cannot read {path}: {err.strerror or err}.", "Check the file's permissions.") from None
-    if not data:
-        raise OomLabError(f"{path} is empty: the run stopped before the snapshot was written.", retake)
-    try:
-        snapshot = _PlainDataUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as err:
         if "refers to the Python object" in str(err):
             raise OomLabError(
@@ -125,6 +131,8 @@ def normalize(snapshot: dict, where: str = "the snapshot") -> dict:
     Needs per segment ``address``, ``total_size`` and ``blocks``, per block
     ``size`` and ``state``. Optional keys get defaults: ``segment_type`` from the
     size, ``requested_size`` = ``size``, ``frames`` from a legacy ``history``.
+    ``snapshot`` itself is left as it is: a block with nothing to fill in is
+    shared with it, the others are copied.
     """
     segments = snapshot.get("segments")
     if not isinstance(segments, list):
@@ -155,6 +163,9 @@ def normalize(snapshot: dict, where: str = "the snapshot") -> dict:
     for seg in segments:
         blocks = []
         for block in seg["blocks"]:
+            if "requested_size" in block and isinstance(block.get("frames"), list):
+                blocks.append(block)  # nothing to fill in: a big snapshot is not copied block by block
+                continue
             frames = block.get("frames")
             if frames is None and block.get("history"):  # torch < 2.1 kept frames in history
                 frames = block["history"][0].get("frames", [])
@@ -186,48 +197,61 @@ def state_of(state: str) -> str | None:
     return None
 
 
-def shareable(snapshot: dict, root: str | None = None, labels: dict[str, str] | None = None) -> dict:
-    """A copy of ``snapshot`` whose frames name files with nothing of this machine in them.
+@contextlib.contextmanager
+def shareable(snapshot: dict, root: str | None = None, labels: dict[str, str] | None = None):
+    """While inside the ``with`` block, ``snapshot``'s frames name files with nothing of this machine in them.
 
     Every frame's ``filename`` (the segments', the blocks', a legacy block
     history's and the history entries') goes through :func:`oomlab.frames.portable`
-    with ``root`` and ``labels``. Only the dicts on the way to a frame are
-    copied; ``snapshot`` itself keeps its absolute paths, which the analysis
-    needs to read source lines.
+    with ``root`` and ``labels``; on leaving the block, however it is left,
+    every frame has its own name back (the analysis needs the absolute paths to
+    read source lines). Yields ``snapshot``, ready to be pickled.
+
+    The names are changed in place rather than in a copy because a snapshot
+    is mostly history and little of it is frames: torch builds each distinct
+    frame once and shares it between every stack that holds it, so a history of
+    a million events has some thousands of frames. A copy would double the
+    memory of all those events; changing the frames costs one entry per frame.
+    Keep other threads off the snapshot meanwhile.
     """
     names: dict = {}  # a run has a few files and up to millions of frames: work each name out once
+    seen: set[int] = set()  # ids of the frames looked at; the snapshot keeps them alive, so no id is reused
+    originals: list[tuple[dict, str]] = []  # each renamed frame and its own file name
 
-    def frames(stack):
-        out = []
+    def rename(stack) -> None:
+        # Most stacks hold only frames already renamed: a set test in C spares the loop over them in Python.
+        if not isinstance(stack, list) or seen.issuperset(map(id, stack)):
+            return
         for frame in stack:
-            if isinstance(frame, dict) and "filename" in frame:
+            if id(frame) in seen:
+                continue
+            seen.add(id(frame))
+            if isinstance(frame, dict) and isinstance(frame.get("filename"), str):
                 filename = frame["filename"]
                 if filename not in names:
                     names[filename] = portable(filename, root, labels)
-                frame = {**frame, "filename": names[filename]}
-            out.append(frame)
-        return out
+                originals.append((frame, filename))
+                frame["filename"] = names[filename]
 
-    def with_frames(entry):
-        if not isinstance(entry, dict):
-            return entry
-        entry = dict(entry)
-        if isinstance(entry.get("frames"), list):
-            entry["frames"] = frames(entry["frames"])
-        if isinstance(entry.get("history"), list):
-            entry["history"] = [with_frames(h) for h in entry["history"]]
-        return entry
+    def rename_in(entry) -> None:
+        if isinstance(entry, dict):
+            rename(entry.get("frames"))
+            for older in entry.get("history") or []:
+                rename_in(older)
 
-    segments = []
-    for seg in snapshot.get("segments") or []:
-        seg = with_frames(seg)
-        if isinstance(seg, dict) and isinstance(seg.get("blocks"), list):
-            seg["blocks"] = [with_frames(b) for b in seg["blocks"]]
-        segments.append(seg)
-    traces = [
-        [with_frames(e) for e in trace] if isinstance(trace, list) else trace for trace in snapshot.get("device_traces") or []
-    ]
-    return {**snapshot, "segments": segments, "device_traces": traces}
+    try:
+        for seg in snapshot.get("segments") or []:
+            rename_in(seg)
+            if isinstance(seg, dict) and isinstance(seg.get("blocks"), list):
+                for block in seg["blocks"]:
+                    rename_in(block)
+        for trace in snapshot.get("device_traces") or []:
+            for entry in trace if isinstance(trace, list) else []:
+                rename_in(entry)
+        yield snapshot
+    finally:
+        for frame, filename in originals:
+            frame["filename"] = filename
 
 
 # --------------------------------------------------------------------------- what happened
@@ -262,9 +286,9 @@ def allocation_site(frames: list, script: str | None = None) -> dict:
     frames = [f for f in frames or [] if isinstance(f, dict) and f.get("filename")]
     chosen = None
     if script:
-        chosen = next((f for f in frames if is_script(f["filename"], script)), None)
+        chosen = next((f for f in frames if _is_script(f["filename"], script)), None)
     if chosen is None:
-        chosen = next((f for f in frames if not is_library(f["filename"])), None)
+        chosen = next((f for f in frames if not _is_library(f["filename"])), None)
     if chosen is None:
         # No Python frame: allocated by the autograd engine's own thread (backward) or C++ internals.
         label = "no Python stack (backward pass or C++)" if not frames else "inside torch or a library"
@@ -277,6 +301,11 @@ def allocation_site(frames: list, script: str | None = None) -> dict:
         "function": chosen.get("name"),
         "code": linecache.getline(filename, line).strip() if line else "",
     }
+
+
+# A snapshot names a few hundred files in up to millions of frames: judge each file once.
+_is_script = functools.lru_cache(maxsize=1 << 14)(is_script)
+_is_library = functools.lru_cache(maxsize=1 << 14)(is_library)
 
 
 def site_text(site: dict) -> str:
@@ -294,6 +323,7 @@ def analyze(
     script: str | None = None,
     budget_bytes: int | None = None,
     max_entries: int | None = None,
+    driver: dict | None = None,
 ) -> dict:
     """Explain a snapshot: totals, segment occupancy, pinned segments, owners, timeline, verdict.
 
@@ -303,10 +333,18 @@ def analyze(
         script: the learner's script, to name allocation sites in it rather than in torch.
         budget_bytes: the run's memory cap, for the verdict and the timeline picture.
         max_entries: the history's ring-buffer size, to tell a truncated history.
+        driver: what the driver counted for the process when the snapshot was taken,
+            ``{"reading", "start"}`` (see :mod:`oomlab.measure.nvml`); None for a snapshot
+            read from a file, which does not carry it.
 
     Returns the JSON-ready result: ``kind``, ``headline``, ``culprit_bytes``
     (see :func:`verdict`), ``totals``, ``oom``, ``segments``, ``pinned``,
-    ``pinned_groups``, ``owners``, ``timeline`` and ``notes``.
+    ``pinned_groups``, ``owners``, ``timeline``, ``driver`` (the driver's figure
+    beside the snapshot's reserved bytes, and what lies between them) and ``notes``.
+
+    Its cost grows with the snapshot but its output does not: at most
+    :data:`MAX_LISTED_SEGMENTS` segments of :data:`MAX_LAYOUT_RUNS` runs each,
+    :data:`MAX_TIMELINE_POINTS` points, and the other lists capped alike.
     """
     snapshot = normalize(snapshot)
     notes: list[str] = []
@@ -375,7 +413,7 @@ def analyze(
         "budget_bytes": budget_bytes,
         "totals": totals,
         "oom": oom,
-        "segments": [_public_segment(s) for s in sorted(segments, key=lambda s: s["free"], reverse=True)][:MAX_LISTED_SEGMENTS],
+        "segments": [_public_segment(s) for s in sorted(segments, key=lambda s: s["free"], reverse=True)[:MAX_LISTED_SEGMENTS]],
         "segments_left_out": max(0, len(segments) - MAX_LISTED_SEGMENTS),
         "pinned": [
             {k: s[k] for k in ("address", "pool", "total", "live", "free", "largest_free", "pinners")}
@@ -386,6 +424,7 @@ def analyze(
         "owners": owners[:MAX_LISTED_OWNERS],
         "owners_left_out": max(0, len(owners) - MAX_LISTED_OWNERS),
         "timeline": history,
+        "driver": outside_allocator(driver["reading"], reserved, driver.get("start")) if driver else None,
         "notes": notes,
     }
     result.update(verdict(totals, oom, groups, owners, budget_bytes))
@@ -393,9 +432,15 @@ def analyze(
 
 
 def _segment_row(seg: dict, script: str | None) -> dict:
-    """One segment's occupancy, its block layout (same-state runs merged) and its pinning blocks."""
+    """One segment's occupancy, its block layout (same-state runs merged) and its pinning blocks.
+
+    The layout keeps :data:`MAX_LAYOUT_RUNS` runs; a segment cut into more (a
+    small-pool segment can hold thousands of 512-byte blocks) ends in one run
+    that covers the rest, :data:`MIXED` when it mixes states.
+    """
     live = pending = free = requested = largest_free = live_blocks = 0
     layout: list[list] = []
+    tail_states: set[str] = set()
     pinners = []
     offset = 0
     for block in seg["blocks"]:
@@ -411,11 +456,17 @@ def _segment_row(seg: dict, script: str | None) -> dict:
         else:
             free += size
             largest_free = max(largest_free, size)
+        if tail_states:  # past the cap: everything goes into the last run
+            tail_states.add(state)
+            layout[-1][1] += size
+            layout[-1][2] = state if len(tail_states) == 1 else MIXED
         # Free blocks stay one by one: a request must fit in one of them, not in their sum.
-        if layout and layout[-1][2] == state and state != FREE:
+        elif layout and layout[-1][2] == state and state != FREE:
             layout[-1][1] += size
         else:
             layout.append([offset, size, state])
+            if len(layout) == MAX_LAYOUT_RUNS:
+                tail_states.add(state)
         offset += size
     pinned = live_blocks > 0 and free > 0
     row = {
@@ -435,10 +486,9 @@ def _segment_row(seg: dict, script: str | None) -> dict:
         "pinners": [],
     }
     if pinned:
-        pinners.sort(key=lambda b: b["size"], reverse=True)
         row["pinners"] = [
             {"size": int(b["size"]), "requested": int(b["requested_size"]), "site": allocation_site(b["frames"], script)}
-            for b in pinners[:5]
+            for b in heapq.nlargest(5, pinners, key=lambda b: b["size"])
         ]
     return row
 
@@ -509,30 +559,41 @@ def timeline(trace: list, end_allocated: int, end_reserved: int, max_entries: in
     The ring buffer keeps only the last ``max_entries`` events, so the history
     may begin mid-run: walking back from the known end state gives the right
     absolute figures either way.
+
+    Two passes over the history and no list as long as it: the first sums what
+    the events changed (which gives the state before the first one), the
+    second walks forward from there into :func:`downsample`, so a history of
+    millions of events costs :data:`MAX_TIMELINE_POINTS` points of memory.
     """
-    deltas_alloc, deltas_res, times = [], [], []
+    net_alloc = net_res = 0
+    has_time = bool(trace)
     oom_indices = []
     for i, e in enumerate(trace):
         action = e.get("action")
         size = int(e.get("size", 0) or 0)
-        deltas_alloc.append(ALLOCATED_DELTA.get(action, 0) * size)
-        deltas_res.append(RESERVED_DELTA.get(action, 0) * size)
-        times.append(e.get("time_us"))
+        net_alloc += ALLOCATED_DELTA.get(action, 0) * size
+        net_res += RESERVED_DELTA.get(action, 0) * size
+        if has_time and e.get("time_us") is None:
+            has_time = False
         if action == "oom":
             oom_indices.append(i + 1)
-    start_alloc = end_allocated - sum(deltas_alloc)
-    start_res = end_reserved - sum(deltas_res)
-    alloc, res = [start_alloc], [start_res]
-    for da, dr in zip(deltas_alloc, deltas_res, strict=True):
-        alloc.append(alloc[-1] + da)
-        res.append(res[-1] + dr)
-    index = list(range(len(alloc)))  # point i: the state after event i (0: before the first one)
+    start_alloc = end_allocated - net_alloc
+    start_res = end_reserved - net_res
 
+    def states():
+        """Point i: the state after event i (0: before the first one, at the first event's time)."""
+        alloc, res = start_alloc, start_res
+        yield 0, alloc, res, trace[0].get("time_us") if has_time else None
+        for i, e in enumerate(trace, 1):
+            action = e.get("action")
+            size = int(e.get("size", 0) or 0)
+            alloc += ALLOCATED_DELTA.get(action, 0) * size
+            res += RESERVED_DELTA.get(action, 0) * size
+            yield i, alloc, res, e.get("time_us") if has_time else None
+
+    index, alloc, res, time_us = downsample(states(), len(trace) + 1, MAX_TIMELINE_POINTS)
     full = max_entries is not None and len(trace) >= max_entries
     starts_mid_run = full or start_alloc > 0 or start_res > 0
-    has_time = bool(trace) and all(t is not None for t in times)
-    time_us = [times[0], *times] if has_time else None
-    index, alloc, res, time_us = downsample(index, alloc, res, time_us, MAX_TIMELINE_POINTS)
     if not trace:
         note = "No allocation history was recorded."
     elif starts_mid_run:
@@ -549,7 +610,7 @@ def timeline(trace: list, end_allocated: int, end_reserved: int, max_entries: in
         "index": index,
         "allocated": alloc,
         "reserved": res,
-        "time_us": time_us,
+        "time_us": time_us if has_time else None,
         "oom_indices": oom_indices,
         "peak_allocated": max(alloc) if alloc else 0,
         "peak_reserved": max(res) if res else 0,
@@ -560,22 +621,24 @@ def timeline(trace: list, end_allocated: int, end_reserved: int, max_entries: in
     }
 
 
-def downsample(index: list, alloc: list, res: list, time_us: list | None, limit: int) -> tuple:
-    """At most ``limit`` points, keeping each bucket's highest values so no peak is lost."""
-    n = len(index)
-    if n <= limit:
-        return index, alloc, res, time_us
-    step = -(-n // limit)
+def downsample(points, count: int, limit: int) -> tuple[list, list, list, list]:
+    """At most ``limit`` of ``count`` points ``(index, allocated, reserved, time)``, keeping each bucket's highest values.
+
+    The points come in order, as any iterable (a generator over a long history
+    is never held whole). Each bucket of ``ceil(count / limit)`` consecutive
+    points becomes one: the highest allocated and the highest reserved in it,
+    at the index and time of its highest point, so no peak is lost.
+    """
+    step = max(1, -(-count // limit))
     out_i, out_a, out_r, out_t = [], [], [], []
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        peak = max(range(lo, hi), key=lambda k: (alloc[k], res[k]))
-        out_i.append(index[peak])
-        out_a.append(max(alloc[lo:hi]))
-        out_r.append(max(res[lo:hi]))
-        if time_us is not None:
-            out_t.append(time_us[peak])
-    return out_i, out_a, out_r, (out_t if time_us is not None else None)
+    points = iter(points)
+    while bucket := list(itertools.islice(points, step)):
+        top = max(bucket, key=lambda p: (p[1], p[2]))  # the first of the highest
+        out_i.append(top[0])
+        out_a.append(max(p[1] for p in bucket))
+        out_r.append(max(p[2] for p in bucket))
+        out_t.append(top[3])
+    return out_i, out_a, out_r, out_t
 
 
 # --------------------------------------------------------------------------- the verdict

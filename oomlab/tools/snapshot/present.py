@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomlab.tools.base import pyplot, save_figure
-from oomlab.tools.snapshot.analysis import FREE, LIVE, PENDING, site_text
+from oomlab.tools.snapshot.analysis import FREE, LIVE, MIXED, PENDING, site_text
 from oomlab.units import MIB, format_bytes, in_mib
 
 __all__ = ["draw", "render"]
 
 MAX_DRAWN_SEGMENTS = 60
-COLOURS = {LIVE: "#1f77b4", PENDING: "#ff7f0e", FREE: "#d0d0d0", "stranded": "#d62728"}
+COLOURS = {LIVE: "#1f77b4", PENDING: "#ff7f0e", FREE: "#d0d0d0", "stranded": "#d62728", MIXED: "#9467bd"}
 
 
 # --------------------------------------------------------------------------- terminal
@@ -50,7 +50,16 @@ def render(result: dict) -> list:
         figures.add_row("failed request", format_bytes(oom["failed_request"]), fits)
         if oom.get("failed_at") and oom["failed_at"].get("file"):
             figures.add_row("failed at", oom["failed_at"]["label"], oom["failed_at"].get("code") or "")
+    driver = result.get("driver")
+    if driver and driver.get("available"):
+        figures.add_row("driver (NVML)", format_bytes(driver["used"]), "what the driver counts for this process")
+        if driver["outside"] >= 0:
+            figures.add_row(
+                "outside the allocator", format_bytes(driver["outside"]), "driver less reserved: no allocator figure counts it"
+            )
     out.append(figures)
+    if driver:
+        out.append(Text(driver["summary"], style="dim"))
 
     if result.get("pinned_groups"):
         pinned = Table(title="Segments pinned by live blocks", title_justify="left", header_style="bold")
@@ -118,10 +127,15 @@ def _draw_segments(plt, result: dict, path: Path) -> Path:
     shown = listed[:MAX_DRAWN_SEGMENTS]
     left_out = total_count - len(shown)
     fig, ax = plt.subplots(figsize=(12, max(3.5, 1.6 + 0.22 * len(shown))), dpi=100)
+    rows, widths, lefts, colours = [], [], [], []
     for row, seg in enumerate(shown):
         for offset, size, state in seg["layout"]:
-            colour = COLOURS["stranded"] if state == FREE and seg["pinned"] else COLOURS[state]
-            ax.barh(row, size / MIB, left=offset / MIB, height=0.8, color=colour, edgecolor="white", linewidth=0.4)
+            rows.append(row)
+            widths.append(size / MIB)
+            lefts.append(offset / MIB)
+            colours.append(COLOURS["stranded"] if state == FREE and seg["pinned"] else COLOURS[state])
+    if rows:  # one call for every block: matplotlib's cost is per call, and a segment can hold hundreds of runs
+        ax.barh(rows, widths, left=lefts, height=0.8, color=colours, edgecolor="white", linewidth=0.4)
     ax.set_yticks(range(len(shown)))
     ax.set_yticklabels([f"{s['pool']} {s['total'] / MIB:,.0f} MiB" for s in shown], fontsize=7 if len(shown) > 30 else 9)
     ax.invert_yaxis()
@@ -146,6 +160,8 @@ def _draw_segments(plt, result: dict, path: Path) -> Path:
         Patch(color=COLOURS["stranded"], label="free, pinned by a live block"),
         Patch(color=COLOURS[FREE], label="free, releasable"),
     ]
+    if any(state == MIXED for seg in shown for _, _, state in seg["layout"]):
+        legend.append(Patch(color=COLOURS[MIXED], label="rest of a segment in more pieces than drawn"))
     ax.legend(handles=legend, loc="lower right", fontsize=9, framealpha=0.9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

@@ -1,11 +1,25 @@
 """The snapshot tool inside the measured process: record the allocator's history, then snapshot it.
 
 :meth:`Probe.on_start` turns on ``torch.cuda.memory._record_memory_history``
-with Python stacks before the script runs. :meth:`Probe.analyse` runs when the
-script is over, inside the ``except`` block if it raised, so the failed state
-is still alive: it takes ``torch.cuda.memory._snapshot()``, dumps a shareable
-``snapshot.pickle`` for PyTorch's viewer (:func:`write_snapshot_pickle`) and
-explains the snapshot with :func:`~oomlab.tools.snapshot.analysis.analyze`.
+before the script runs, bounded for long runs:
+
+- ``stacks="python"``: each event keeps its Python stack only. The default,
+  ``"all"``, adds the C++ frames, some tens per event, which makes recording
+  slower, and the dump many times larger and slower to write, since every C++
+  frame is symbolized; the learner's lines are in the Python frames anyway.
+  (The argument exists since torch 2.1; a torch without it keeps its default.)
+- ``max_entries`` (:data:`DEFAULT_MAX_ENTRIES`): the history is a ring buffer of
+  the last events, so its memory, and the snapshot's size, are bounded however
+  long the run; the analysis reconstructs a history that starts mid-run from
+  the snapshot's end state (:func:`~oomlab.tools.snapshot.analysis.timeline`).
+
+:meth:`Probe.analyse` runs when the script is over, inside the ``except`` block
+if it raised, so the failed state is still alive: it takes
+``torch.cuda.memory._snapshot()``, asks the driver at once what the process
+uses (:mod:`oomlab.measure.nvml`; read when the script began too, which
+measures this process's CUDA context), dumps a shareable ``snapshot.pickle``
+for PyTorch's viewer (:func:`write_snapshot_pickle`) and explains the snapshot
+with :func:`~oomlab.tools.snapshot.analysis.analyze`.
 
 Options (all optional): ``script``, ``budget_bytes``, ``max_entries`` (the
 history's ring buffer), ``context`` (what ``_record_memory_history`` records
@@ -21,6 +35,7 @@ import pickle
 import sys
 from pathlib import Path
 
+from oomlab.measure import nvml
 from oomlab.measure.stats import FIGURES
 from oomlab.oom import is_oom, parse_message
 from oomlab.tools import base
@@ -29,6 +44,8 @@ from oomlab.tools.snapshot.analysis import TOOL, analyze, oom_events, shareable
 __all__ = ["DEFAULT_MAX_ENTRIES", "PICKLE_PROTOCOL", "Probe", "write_snapshot_pickle"]
 
 PICKLE_PROTOCOL = 4  # PyTorch's web viewer cannot read protocol 5 pickles
+# The last 200,000 events: a dump of about 25 MB with Python stacks 32 frames deep, read and analyzed in
+# about a second (`python -m oomlab.bench.big_snapshot --events 200000 --source synthetic`).
 DEFAULT_MAX_ENTRIES = 200_000
 
 # The allocator's own counters, to cross-check the snapshot's totals: the result's name -> FIGURES' name.
@@ -48,6 +65,7 @@ class Probe(base.Probe):
 
     tool = TOOL
     recording = False  # True from a successful start until close(): only then is there history to stop
+    driver_at_start: dict | None = None  # the driver's figure and reserved bytes when the script began
 
     def on_start(self) -> None:
         torch = self.torch
@@ -58,9 +76,12 @@ class Probe(base.Probe):
         if record is None:
             self.error = f"torch {torch.__version__} has no torch.cuda.memory._record_memory_history"
             return
+        # Before the script, with the CUDA context made by the harness and nothing of the script's on the GPU:
+        # what the driver counts now, less reserved, is this process's context.
+        self.driver_at_start = {"reading": nvml.read_process_memory(), "reserved": self.reserved_everywhere()}
         kwargs = {"max_entries": int(self.options.get("max_entries", DEFAULT_MAX_ENTRIES))}
         if _accepts(record, "stacks"):
-            kwargs["stacks"] = "python"  # C++ frames make recording and the pickle many times slower
+            kwargs["stacks"] = "python"  # C++ frames make recording and the dump many times slower and larger
         if "context" in self.options and _accepts(record, "context"):
             kwargs["context"] = self.options["context"]
         try:
@@ -78,6 +99,7 @@ class Probe(base.Probe):
         if not self.recording:
             raise RuntimeError("recording was never started (start() did not run)")
         snapshot = self.torch.cuda.memory._snapshot()
+        driver = {"reading": nvml.read_process_memory(), "start": self.driver_at_start}  # at once, as the snapshot stands
         try:
             write_snapshot_pickle(
                 snapshot, self.out_dir / "snapshot.pickle", self.options.get("root"), self.options.get("labels")
@@ -97,6 +119,7 @@ class Probe(base.Probe):
             script=script,
             budget_bytes=budget,
             max_entries=int(self.options.get("max_entries", DEFAULT_MAX_ENTRIES)),
+            driver=driver,
         )
         if request is not None:
             result["oom"]["source"] = "message"
@@ -117,6 +140,14 @@ class Probe(base.Probe):
             return {}
         return {name: int(raw[FIGURES[fig]]) for name, fig in ALLOCATOR_STATS.items() if FIGURES[fig] in raw}
 
+    def reserved_everywhere(self) -> int | None:
+        """What the allocator reserved on every device, as the driver's figure covers them all; None if unknown."""
+        cuda = self.torch.cuda
+        try:
+            return sum(int(cuda.memory_stats(d).get(FIGURES["reserved_final"], 0)) for d in range(cuda.device_count()))
+        except Exception:  # noqa: BLE001 - the context is then not measured, and the report says whose figure it uses
+            return None
+
     def close(self) -> None:
         if self.recording:
             self.torch.cuda.memory._record_memory_history(enabled=None)
@@ -124,18 +155,20 @@ class Probe(base.Probe):
 
 
 def write_snapshot_pickle(snapshot: dict, path: Path, root: str | None = None, labels: dict[str, str] | None = None) -> Path:
-    """Pickle a shareable copy of ``snapshot`` with protocol 4, which PyTorch's memory viewer can read.
+    """Pickle ``snapshot`` with protocol 4, which PyTorch's memory viewer can read, its files named for sharing.
 
     Its frames name files as :func:`~oomlab.tools.snapshot.analysis.shareable`
     does with ``root`` and ``labels``, so the file holds no path of this
-    machine. It is written under a temporary name and renamed, so a run that
-    dies half-way leaves no truncated pickle behind.
+    machine; ``snapshot`` keeps its own names. Frames and stacks that torch
+    shares between events stay shared, and pickle writes each once. The file
+    is written under a temporary name and renamed, so a run that dies half-way
+    leaves no truncated pickle behind.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(shareable(snapshot, root, labels), f, protocol=PICKLE_PROTOCOL)
+    with open(tmp, "wb") as f, shareable(snapshot, root, labels) as named:
+        pickle.dump(named, f, protocol=PICKLE_PROTOCOL)
     os.replace(tmp, path)
     return path
 
