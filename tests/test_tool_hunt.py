@@ -7,11 +7,14 @@ that the walk finds it, counts it once, and names the right holder.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import json
 import runpy
 import sys
 import textwrap
+import types
 import weakref
 
 import pytest
@@ -19,11 +22,13 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from oomlab.tools.hunt import analysis, present, probe  # noqa: E402
+from oomlab.tools.hunt import analysis, backsearch, inflight, present, probe  # noqa: E402
+from oomlab.tools.hunt import paths as hunt_paths  # noqa: E402
 from oomlab.tools.hunt import walk as hunt_walk  # noqa: E402
 from oomlab.units import MIB  # noqa: E402
 
 B, D_IN, D_HIDDEN = 64, 32, 256
+IN = hunt_walk.IN_FLIGHT
 
 
 def make_model() -> nn.Sequential:
@@ -269,7 +274,7 @@ def test_reading_a_running_frames_locals_leaves_no_reference_behind():
     def body():
         t = torch.ones(10)
         ref = weakref.ref(t)
-        hunt_walk._frame_locals(sys._getframe())
+        hunt_paths.frame_locals(sys._getframe())
         t = None  # noqa: F841 - rebinding must free the tensor
         return ref() is None
 
@@ -487,3 +492,262 @@ def test_on_torch_that_cannot_see_saved_tensor_hooks_the_walk_reads_no_saved_val
     assert hooks.__enter__ is entered  # the probe put the class back as it found it
     assert unpacked == []
     assert blind["walk"]["packed_saved"] > seen["walk"]["packed_saved"]  # the plain graph's values too
+
+
+# --------------------------------------------------------------------------- the back search
+
+
+def test_an_lru_cache_keeps_its_entries_where_only_the_back_search_finds_them():
+    @functools.lru_cache(maxsize=16)
+    def table(n):
+        return torch.ones(n, 100)
+
+    for n in (10, 20, 30):
+        table(n)
+    expected = storage_bytes(*(table(n) for n in (10, 20, 30)))
+    roots = {"global 'table'": table}
+    assert all(h["name"] != "global 'table'" for h in walk(roots, back_search=False))  # the C cache is out of the walk's sight
+
+    report = {}
+    held = by_name(walk(roots, report=report), "global 'table'")
+    assert held["bytes"] == held["direct_bytes"] == expected and held["tensors"] == 3
+    assert held["largest_path"] == "table (functools.lru_cache)[30]"
+    assert report["back_search"]["explained"] >= 3
+    assert analysis.describe(held["name"], held["type"]) == "functools.lru_cache `table` (global)"
+
+
+def test_an_unbounded_lru_cache_names_its_entry_by_the_call_arguments():
+    @functools.cache
+    def pair(n, mode="a"):
+        return torch.ones(n, 10), torch.zeros(n, 1000)
+
+    pair(5, mode="b")
+    held = by_name(walk({"global 'pair'": pair}), "global 'pair'")
+    assert held["bytes"] == storage_bytes(*pair(5, mode="b"))
+    assert held["largest_path"] == "pair (functools.lru_cache)[(5, 'mode', 'b')][1]"
+
+
+def test_a_library_modules_global_is_named_by_module_and_key(monkeypatch):
+    module = types.ModuleType("heldout_registry")
+    module.cache = {"features": [torch.ones(300, 300)]}
+    monkeypatch.setitem(sys.modules, "heldout_registry", module)
+    held = by_name(walk({}), "global 'cache' (module heldout_registry)")
+    assert held["bytes"] == storage_bytes(module.cache["features"][0]) and held["back_searched"]
+    assert held["largest_path"] == "heldout_registry.cache['features'][0]"
+    assert analysis.describe(held["name"], held["type"]) == "dict `cache` (global in module heldout_registry)"
+
+
+class Owner:
+    pass
+
+
+def test_a_class_attribute_of_the_standard_library_is_named_with_its_path():
+    owner = Owner()
+    finalizer = weakref.finalize(owner, print, {"w": torch.ones(200, 200)})
+    try:
+        holders = walk({"global 'owner'": owner})
+        held = by_name(holders, "class attribute 'weakref.finalize._registry'")
+        assert held["bytes"] == 200 * 200 * 4
+        assert held["largest_path"] == "weakref.finalize._registry[<finalize>].args[0]['w']"
+    finally:
+        finalizer.detach()
+
+
+def test_what_no_object_refers_to_stays_unexplained_with_its_reason():
+    orphan = torch.ones(1234)
+    listed = [[torch.ones(4321)]]
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(orphan))  # a reference no Python object holds, as C++ keeps one
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(listed))
+    try:
+        here = {id(sys._getframe())}  # before Python 3.11 a running frame shows its locals to the collector
+        found = backsearch.search([orphan, listed[0][0]], reached={}, ignore=here, torch=torch)
+        owners = {id(target): owner for target, owner in found.unexplained}
+        assert not found.explained and found.levels >= 2
+        assert owners[id(orphan)].startswith("nothing Python can see")
+        assert owners[id(listed[0][0])] == "a list that no named object reaches (2 references up)"
+    finally:
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(orphan))
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(listed))
+
+
+def test_the_back_search_stops_at_its_bounds():
+    deep = torch.ones(10)
+    for _ in range(6):
+        deep = [deep]  # six lists up from the tensor, and nothing named above them
+    target = deep
+    while isinstance(target, list):
+        target = target[0]
+    found = backsearch.search([target], reached={}, ignore={id(sys._getframe())}, torch=torch, max_levels=3)
+    assert found.truncated == "stopped 3 references back" and found.levels == 3
+    assert found.unexplained[0][1].startswith("a list that no named object reaches")
+
+
+def test_render_says_where_the_culprit_holds_it_and_what_stays_unexplained():
+    holders = [
+        holder("global 'table'", "_lru_cache_wrapper", direct=600 * MIB, tensors=6),
+        holder(hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD), "graph", graph=300 * MIB, saved=9, graphs=1, label=IN),
+        holder("global 'loss'", "Tensor", direct=4, tensors=1, tensor_root=True),
+    ]
+    holders[0]["largest_path"] = "table (functools.lru_cache)[30]"
+    unexplained = [
+        {"owner": "nothing Python can see (a C++ owner, or a local of code still running)", "bytes": 40 * MIB, "storages": 2}
+    ]
+    result = analysis.summarize(holders, allocated=1000 * MIB, baseline={"global 'table'": 100 * MIB}, unexplained=unexplained)
+    assert result["kind"] == "container-leak" and result["culprit"] == "global 'table'"
+    assert result["culprit_path"] == "table (functools.lru_cache)[30]" and result["in_flight_bytes"] == 300 * MIB
+    text = "\n".join(getattr(part, "plain", "") for part in present.render(result))
+    assert "Held at: table (functools.lru_cache)[30]" in text
+    assert "In flight: 300.0 MiB belongs to the call that was running" in text
+    assert "40.0 MiB in 2 storage(s) is held by nothing Python can see" in text
+    assert "60.0 MiB is held by no Python object at all" in text  # 1000 - 600 - 300 - 40 MiB, and the 4 bytes
+
+
+# --------------------------------------------------------------------------- the graph in flight
+
+
+class FailsInBackward(torch.autograd.Function):
+    """Identity forward; its backward raises as an OOM would, half-way through ``loss.backward()``."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+
+def test_the_phase_is_read_from_the_failing_calls_frames():
+    assert inflight.phase(["_engine_run_backward() local 't_outputs' (torch/autograd/graph.py:829)"]) == inflight.BACKWARD
+    assert inflight.phase(["backward() local 'tensors' (torch/autograd/__init__.py:353)"]) == inflight.BACKWARD
+    assert inflight.phase(["Linear.forward() local 'input' (torch/nn/modules/linear.py:125)"]) == inflight.FORWARD
+    assert inflight.phase(["Net.backward() local 'x' (train.py:3)"]) == inflight.FORWARD  # the learner's, not autograd's
+
+
+def test_graph_nodes_stop_at_what_an_earlier_step_made():
+    x = torch.randn(8, 8, requires_grad=True)
+    old = (x * 2).sin()
+    since = inflight.next_sequence_nr(torch)
+    new = (old * 3).exp()
+    if since is None:
+        pytest.skip("this torch does not number autograd nodes")
+    names = [type(n).__name__ for n in inflight.graph_nodes([new], torch, since)]
+    assert names == ["ExpBackward0", "MulBackward0"]
+    assert len(inflight.graph_nodes([(new,)], torch, None)) == 4  # every node, the accumulator of x left out
+
+
+def oom_in_backward(model, kept):
+    """One training step whose backward fails; ``kept`` grows by a tensor every step, as a leak does."""
+    x = torch.randn(B, D_IN)
+    loss = FailsInBackward.apply(model(x)).logsumexp(dim=1).mean()
+    kept.append(torch.ones(128, 1024))
+    loss.backward()
+
+
+def test_the_graph_backward_was_running_is_in_flight_and_the_grower_is_blamed():
+    model, kept = make_model(), []
+    since = inflight.next_sequence_nr(torch)
+    try:
+        oom_in_backward(model, kept)
+    except RuntimeError as exc:
+        roots = hunt_walk.roots_from(exc, {"model": model, "kept": kept}, __file__)
+        report = {}
+        holders = walk(roots, since_sequence=since, report=report, back_search=False)  # the point here is the walk's
+        in_flight = set(roots.in_flight)
+    assert report["in_flight"] == inflight.BACKWARD
+    graph = by_name(holders, hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))
+    assert graph["label"] == hunt_walk.IN_FLIGHT and graph["graph_bytes"] >= 2 * B * D_HIDDEN * 4
+    loss = next(h for h in holders if h["name"].startswith("oom_in_backward() local 'loss'"))
+    assert loss["graph_bytes"] == 0  # its graph is the one in flight, not something it kept
+    grower = next(h for h in holders if h["name"].startswith("oom_in_backward() local 'kept'"))
+
+    baseline = {"oom_in_backward() local 'kept'": 0, analysis.stable_name(loss["name"]): 4}
+    result = analysis.summarize(holders, baseline=baseline, in_flight=in_flight, min_bytes=1024)
+    assert result["kind"] == "container-leak" and result["culprit"] == grower["name"]
+    assert result["in_flight_bytes"] >= graph["graph_bytes"]
+
+
+def test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward():
+    """A running loss summed without detach: its earlier steps' graphs are a leak, not the step in flight."""
+    model = make_model()
+    running = model(torch.randn(B, D_IN)).logsumexp(dim=1).mean()  # an earlier step's graph
+    kept_bytes = by_name(walk({"global 'running'": running}), "global 'running'")["graph_bytes"]
+    since = inflight.next_sequence_nr(torch)
+    try:
+        running = running + FailsInBackward.apply(model(torch.randn(B, D_IN))).logsumexp(dim=1).mean()
+        running.backward()
+    except RuntimeError as exc:
+        roots = hunt_walk.roots_from(exc, {}, __file__)
+        holders = walk(roots, since_sequence=since, back_search=False)
+    held = next(
+        h
+        for h in holders
+        if h["name"].startswith("test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward() local 'running'")
+    )
+    assert held["graph_bytes"] == kept_bytes and held["step_graph_bytes"] == 0
+    assert by_name(holders, hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))["graph_bytes"] > 0
+    baseline = {analysis.stable_name(held["name"]): 0}  # after the last optimizer step, before it kept a graph
+    result = analysis.summarize(holders, baseline=baseline, in_flight=set(roots.in_flight), min_bytes=1024)
+    assert result["kind"] == "graph-leak" and result["culprit"] == held["name"]
+    assert by_name(result["holders"], held["name"])["grew_bytes"] == analysis.own_bytes(held)  # all of it from before
+
+
+def test_this_steps_graph_is_no_growth_across_steps():
+    h = holder(
+        "train() local 'out' (train.py:9)", "Tensor", direct=MIB, graph=50 * MIB, tensors=1, saved=3, graphs=1, tensor_root=True
+    )
+    h["step_graph_bytes"] = 50 * MIB
+    result = analysis.summarize([h], baseline={"train() local 'out'": MIB})
+    assert result["holders"][0]["grew_bytes"] == 0 and result["kind"] == "none"
+
+
+LRU_SCRIPT = """
+import functools
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def bias(n):
+    return torch.randn(n, 256)
+
+
+class FailsInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(6):
+    out = model(torch.randn(512, 256) + bias(1000 + step).mean(0))
+    loss = (FailsInBackward.apply(out) if step == 5 else out).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_probe_blames_the_cache_not_the_graph_in_flight_when_backward_fails(tmp_path):
+    """The issue's sixth script on the CPU: tensors memoised by lru_cache grow; the OOM strikes in backward."""
+    result = run_probe(tmp_path, LRU_SCRIPT)
+    assert result["kind"] == "container-leak" and result["culprit"] == "global 'bias'"
+    assert result["culprit_path"].startswith("bias (functools.lru_cache)[100")
+    assert result["walk"]["in_flight"] == inflight.BACKWARD and result["in_flight_bytes"] >= 2 * 512 * 1024 * 4
+    assert by_name(result["holders"], "global 'loss'")["graph_bytes"] == 0
+    culprit = by_name(result["holders"], "global 'bias'")
+    assert culprit["grew_bytes"] == 5 * 1000 * 256 * 4 + sum(range(1, 6)) * 256 * 4  # 5 entries since step 1
+
+
+def test_a_name_only_the_back_search_finds_grew_from_nothing_when_the_baseline_named_everything():
+    found = holder("class attribute 'weakref.finalize._registry'", "dict", direct=400 * MIB, tensors=4)
+    found["back_searched"] = True
+    other = holder("global 'x'", "Tensor", direct=8 * MIB, tensors=1, tensor_root=True)
+    grown = analysis.summarize([found, other], baseline={"global 'x'": 8 * MIB})
+    assert grown["kind"] == "container-leak" and grown["holders"][0]["grew_bytes"] == 400 * MIB
+    unsure = analysis.summarize([found, other], baseline={"global 'x'": 8 * MIB}, baseline_named_all=False)
+    assert unsure["holders"][0]["grew_bytes"] is None and unsure["kind"] == "held"

@@ -19,6 +19,13 @@ The modules, as for every tool (see :mod:`oomlab.tools.base`):
 
 - :mod:`~oomlab.tools.hunt.walk`: the reference walk and its roots, pure Python
   over any objects and device-agnostic, so the tests walk CPU tensors;
+- :mod:`~oomlab.tools.hunt.backsearch`: from every device tensor the walk did
+  not reach, back through whatever refers to it (a C cache such as
+  ``functools.lru_cache``, a library's registry) to something a person can
+  name; what stays unexplained is said with its size;
+- :mod:`~oomlab.tools.hunt.inflight`: the graph of the forward or backward pass
+  that was running at the OOM, the step's own, reported apart and never blamed;
+- :mod:`~oomlab.tools.hunt.paths`: the one notation every path is written in;
 - :mod:`~oomlab.tools.hunt.analysis`: the verdict (which holder outlives its
   step, and why), pure over the walk's plain-data holders;
 - :mod:`~oomlab.tools.hunt.probe`: runs inside the measured process; an

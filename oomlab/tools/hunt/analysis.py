@@ -13,6 +13,14 @@ one is the culprit:
 - ``container-leak``: it grew by at least ``min_bytes`` since the baseline
   optimizer step, or it is kept by an exception's traceback.
 
+Growth counts only what the step in progress did not make: what autograd
+nodes made since the last optimizer step saved (``step_graph_bytes``) is that
+step's forward pass, expected to be alive until its backward. And the graph in
+flight (the forward or backward pass that was running when the script
+stopped, see :mod:`~oomlab.tools.hunt.inflight`) is a holder of its own,
+labelled ``in flight``: reported with its size, never a culprit, so a holder
+that grew across steps is the one blamed.
+
 With no sign, a large holder of several tensors that is not model state is
 reported as ``held`` (maybe meant, maybe not); else the finding is ``none``.
 ``error`` is the probe's failure (see :func:`oomlab.tools.base.error_result`).
@@ -26,7 +34,7 @@ from __future__ import annotations
 import re
 
 from oomlab.steps import advice as structural_advice
-from oomlab.tools.hunt.walk import CONTEXT_ROOT, CYCLE, STATE
+from oomlab.tools.hunt.walk import CONTEXT_ROOT, CYCLE, IN_FLIGHT, STATE
 from oomlab.units import MIB, format_bytes
 
 __all__ = [
@@ -44,7 +52,8 @@ __all__ = [
 
 TOOL = "hunt"
 TOP_HOLDERS = 20
-IN_FLIGHT = "in flight"  # a holder's label: a local of the library call that was running when the script stopped
+# How a root's type reads where Python's own name for it says little.
+TYPE_NAMES = {"_lru_cache_wrapper": "functools.lru_cache"}
 
 # The hunt's own findings; the structural ones (graph-leak, container-leak, cycle) are the workflow's, in oomlab.steps.
 ADVICE = {
@@ -88,7 +97,7 @@ def describe(name: str, type_name: str = "") -> str:
     ``"evaluate() local 'losses' (train.py:40)"`` of type ``list`` becomes
     ``list `losses` (local of evaluate() at train.py:40)``.
     """
-    kind = "tensor" if type_name in ("Tensor", "Parameter") else type_name
+    kind = "tensor" if type_name in ("Tensor", "Parameter") else TYPE_NAMES.get(type_name, type_name)
     match = re.fullmatch(r"(.+?) local '(.+)' \((.+)\)", name)
     if match:
         func, var, where = match.groups()
@@ -97,9 +106,12 @@ def describe(name: str, type_name: str = "") -> str:
     if match:
         var, _, where = match.groups()
         return f"{kind} `{var}` (global{' in ' + where if where else ''})".strip()
+    match = re.fullmatch(r"class attribute '(.+)'", name)
+    if match:
+        return f"{kind} `{match.group(1)}` (class attribute)".strip()
     if name == CONTEXT_ROOT:
         return f"the {kind} being handled when the script failed (its traceback keeps that attempt's frames)"
-    return name if kind in ("", "cycle") else f"{kind} {name}"
+    return name if kind in ("", "cycle", "graph") else f"{kind} {name}"
 
 
 def _plural(n: int, word: str) -> str:
@@ -134,22 +146,32 @@ def summarize(
     steps: list[int] | None = None,
     baseline: dict | None = None,
     baseline_step: int | None = 1,
+    baseline_named_all: bool = True,
     in_flight: set = frozenset(),
+    unexplained: list | tuple = (),
     min_bytes: int = MIB,
 ) -> dict:
     """Turn the walk's holders into ``hunt.json``: a kind, a headline and the culprit's bytes.
 
     ``baseline`` maps a root's name without its line (see :func:`stable_name`)
     to the non-state bytes it held after optimizer step ``baseline_step``; a
-    holder that holds ``min_bytes`` more now is "surviving across steps".
-    Holders named in ``in_flight`` are the call that was running: never culprits.
+    holder that holds ``min_bytes`` more now, besides what this step's graphs
+    saved, is "surviving across steps". A name only the back search finds is
+    absent from a baseline where it held nothing, provided that baseline's
+    back search named everything it met (``baseline_named_all``); otherwise
+    its growth is unknown. Holders named in ``in_flight`` are the
+    call that was running: never culprits, and no more is the graph in flight.
+    ``unexplained`` is what the back search could not name
+    (``[{owner, bytes, storages}]``), kept for the report.
     """
     holders = [dict(h) for h in holders]
     for h in holders:
         h["what"] = describe(h["name"], h["type"])
-        before = None if baseline is None else baseline.get(stable_name(h["name"]))
+        # A name only the back search finds is absent from a baseline where it held nothing yet.
+        absent = 0 if h.get("back_searched") and baseline_named_all else None
+        before = None if baseline is None else baseline.get(stable_name(h["name"]), absent)
         h["baseline_bytes"] = before
-        h["grew_bytes"] = None if before is None else own_bytes(h) - before
+        h["grew_bytes"] = None if before is None else own_bytes(h) - h.get("step_graph_bytes", 0) - before
         h["surviving"] = bool(h["grew_bytes"] is not None and h["grew_bytes"] >= min_bytes)
         if h["name"] in in_flight and not h["label"]:
             h["label"] = IN_FLIGHT
@@ -169,6 +191,7 @@ def summarize(
         culprit["label"] = "culprit" if culprit["label"] != CYCLE else "culprit (cycle)"
 
     state = sum(h["state_bytes"] for h in holders)
+    in_flight_bytes = sum(own_bytes(h) for h in holders if h["label"] == IN_FLIGHT)
     return {
         "tool": TOOL,
         "kind": kind,
@@ -180,28 +203,41 @@ def summarize(
             has_baseline=baseline is not None,
             state=state,
             current=own_total,
+            in_flight=in_flight_bytes,
         ),
         "culprit_bytes": own_bytes(culprit) if culprit else 0,
         "culprit": culprit["name"] if culprit else None,
+        "culprit_path": culprit["largest_path"] if culprit else None,
         "advice": ADVICE["traceback"] if culprit and _via_traceback(culprit) else advice(kind),
         "holders": holders[:TOP_HOLDERS],
         "allocated_bytes": allocated,
         "reserved_bytes": reserved,
         "explained_bytes": sum(h["bytes"] for h in holders),
         "state_bytes": state,
-        "in_flight_bytes": sum(own_bytes(h) for h in holders if h["label"] == IN_FLIGHT),
+        "in_flight_bytes": in_flight_bytes,
+        "unexplained": list(unexplained),
+        "unexplained_bytes": sum(row["bytes"] for row in unexplained),
         "steps": list(steps or []),
         "baseline_step": baseline_step if baseline is not None else None,
     }
 
 
 def headline(
-    kind: str, h: dict | None, *, allocated: int | None, baseline_step: int | None, has_baseline: bool, state: int, current: int
+    kind: str,
+    h: dict | None,
+    *,
+    allocated: int | None,
+    baseline_step: int | None,
+    has_baseline: bool,
+    state: int,
+    current: int,
+    in_flight: int = 0,
 ) -> str:
     """One sentence for finding ``kind`` about culprit ``h``: who holds how much, and the sign that gave it away.
 
-    ``state`` and ``current`` (model/optimizer state, and everything else not
-    in flight) are what a ``none`` finding accounts the memory to.
+    ``state``, ``current`` and ``in_flight`` (model/optimizer state, everything
+    else the script holds, and what the call in progress holds) are what a
+    ``none`` finding accounts the memory to.
     """
     share = ""
     if h and allocated:
@@ -235,7 +271,8 @@ def headline(
         )
         return f"{h['what']} holds {tensors}, {format_bytes(own_bytes(h))}{share}; {why}"
     of = f" of the {format_bytes(allocated)} allocated" if allocated else ""
+    flight = f", and {format_bytes(in_flight)} is in flight in the call that was running" if in_flight else ""
     return (
         f"nothing outlives its step: {format_bytes(state)}{of} is model/optimizer state and "
-        f"{format_bytes(current)} the current step's tensors"
+        f"{format_bytes(current)} the current step's tensors{flight}"
     )

@@ -1,8 +1,9 @@
 """The hunt's result for people: the holders as a table, and one picture.
 
-:func:`render` lists what holds the device memory (each storage counted once),
-the verdict, how much of the allocated memory the holders explain, and what to
-do. :func:`draw` plots allocated memory after each optimizer step with the
+:func:`render` lists what holds the device memory (each storage counted once,
+the culprit first), the verdict and the path to the culprit's largest tensor,
+what was in flight when the script stopped, how much of the allocated memory
+the holders explain and what stays unexplained, and what to do. :func:`draw` plots allocated memory after each optimizer step with the
 culprit's share of the end, or, when no step ran, the largest holders. Both
 read only the JSON result, so they work on a result from another machine.
 """
@@ -32,6 +33,11 @@ def render(result: dict) -> list:
         out.append(Text(f"hunt failed: {result['error']}", style="bold red"))
     out.append(_holders_table(result))
     out.append(Text(result.get("headline", ""), style="bold"))
+    if result.get("culprit_path"):
+        out.append(Text(f"Held at: {result['culprit_path']}", style="bold red"))
+    flight = _in_flight(result)
+    if flight:
+        out.append(Text(flight, style="dim"))
     accounted = _accounting(result)
     if accounted:
         out.append(Text(accounted))
@@ -59,13 +65,15 @@ def _holders_table(result: dict):
     table.add_column("graphs", justify="right")
     table.add_column("largest contributor", overflow="fold")
     table.add_column("note", overflow="fold")
-    for h in result.get("holders", []):
+    holders = list(result.get("holders", []))
+    holders.sort(key=lambda h: not str(h.get("label", "")).startswith("culprit"))  # the culprit first, the rest by size
+    for h in holders:
         note = [h.get("label", "")]
         if h.get("graph_bytes"):
             note.append(f"{format_bytes(h['graph_bytes'])} saved by graphs")
         if h.get("state_bytes") and h.get("label") != STATE:
             note.append(f"{format_bytes(h['state_bytes'])} {STATE}")
-        if h.get("grew_bytes"):
+        if (h.get("grew_bytes") or 0) > 0:
             note.append(f"grew {format_bytes(h['grew_bytes'])} since step {result.get('baseline_step')}")
         if str(h.get("label", "")).startswith("culprit"):
             style = "bold red"
@@ -83,8 +91,21 @@ def _holders_table(result: dict):
     return table
 
 
+def _in_flight(result: dict) -> str:
+    """What the call that was running held, said as the step's own: "" when it held nothing."""
+    held = [h for h in result.get("holders", []) if h.get("label") == IN_FLIGHT]
+    total = sum(h["bytes"] - h.get("state_bytes", 0) for h in held)
+    if total < MIB:
+        return ""
+    return (
+        f"In flight: {format_bytes(total)} belongs to the call that was running when the script stopped "
+        f"({'; '.join(h.get('what') or h['name'] for h in held[:3])}). That is the step's own work, "
+        "alive until the step ends, not memory kept from earlier steps."
+    )
+
+
 def _accounting(result: dict) -> str:
-    """How much of the allocated memory the holders explain, and where the rest is; "" off a GPU."""
+    """How much of the allocated memory the holders explain, and what stays unexplained; "" off a GPU."""
     allocated, explained = result.get("allocated_bytes"), result.get("explained_bytes") or 0
     if not allocated:
         return ""
@@ -92,9 +113,15 @@ def _accounting(result: dict) -> str:
         f"The holders explain {format_bytes(explained)} of the {format_bytes(allocated)} allocated "
         f"({100 * explained / allocated:.0f}%)"
     )
-    rest = allocated - explained
+    unnamed = [row for row in result.get("unexplained", []) if row["bytes"] > MIB]
+    for row in unnamed[:3]:
+        line += f"; {format_bytes(row['bytes'])} in {row['storages']} storage(s) is held by {row['owner']}"
+    rest = allocated - explained - sum(row["bytes"] for row in result.get("unexplained", []))
     if rest > MIB:
-        line += f"; {format_bytes(rest)} is held by no Python name (temporaries inside the failing operation, or C++-only owners)"
+        line += (
+            f"; {format_bytes(rest)} is held by no Python object at all (temporaries inside the failing operation, "
+            "gradients a backward pass was computing, or C++-only owners)"
+        )
     reserved = result.get("reserved_bytes")
     if reserved and reserved - allocated > MIB:
         line += f"; another {format_bytes(reserved - allocated)} is reserved by the allocator but allocated to nothing"

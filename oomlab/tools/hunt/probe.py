@@ -1,15 +1,21 @@
 """The hunt inside the measured process: watch the optimizer steps, then walk what the script left.
 
 :meth:`Probe.on_start` registers a global optimizer step hook. After every
-``optimizer.step()`` it records ``memory_allocated()``, and after step
+``optimizer.step()`` it records ``memory_allocated()`` and the number autograd
+will give its next node (so that the graph of the step in progress can be told
+from older ones, see :mod:`~oomlab.tools.hunt.inflight`), and after step
 ``baseline_step`` it also walks the script's live frames and globals and keeps
 what each root held then (the baseline), so that :func:`~oomlab.tools.hunt.analysis.summarize`
 can tell a list that grows every step from one that was always this big.
 
 :meth:`Probe.analyse` runs when the script is over, inside the ``except`` block
 if it raised, so the failed frames and their locals are still alive: it walks
-them (see :func:`~oomlab.tools.hunt.walk.roots_from`) and turns the holders
-into the verdict.
+them (see :func:`~oomlab.tools.hunt.walk.roots_from`), searches back from what
+the walk did not reach (:mod:`~oomlab.tools.hunt.backsearch`; the baseline does
+too, so that growth compares like with like) and turns the holders into the
+verdict. What the hunt costs the run is bounded: the walk by depth and node
+count, the back search by levels, objects and seconds (each a constant of its
+module), twice (the baseline and the end).
 
 Options (all optional): ``script`` (the learner's file; default ``sys.argv[0]``),
 ``device`` (``"cuda"``, or ``"cpu"`` without a GPU), ``min_bytes`` (smallest
@@ -23,6 +29,7 @@ from pathlib import Path
 
 from oomlab.tools import base
 from oomlab.tools.hunt.analysis import TOOL, own_bytes, stable_name, summarize
+from oomlab.tools.hunt.inflight import next_sequence_nr
 from oomlab.tools.hunt.walk import find_holders, model_state_ids, roots_from, roots_from_stack
 from oomlab.units import MIB
 
@@ -46,7 +53,9 @@ class Probe(base.Probe):
         super().__init__(torch, out_dir, options)
         self.steps: list[int] = []  # memory_allocated() after each optimizer step
         self.step_count = 0
+        self.step_sequence: int | None = None  # autograd's next node number after the last optimizer step
         self.baseline: dict | None = None  # root name without its line -> non-state bytes after the baseline step
+        self.baseline_unexplained = 0  # bytes the baseline's back search met and could not name
         self.errors: list[str] = []  # what went wrong in the step hook, which must not stop the training loop
         self.handle = None  # the optimizer step hook's, to remove it
         self.saved_hooks_entered = False
@@ -94,6 +103,7 @@ class Probe(base.Probe):
             exclude=model_state_ids(list(roots.values()), self.torch),
             skip=self._own_ids(exc),
             saved_hooks_hidden=self.saved_hooks_hidden,
+            since_sequence=self.step_sequence,
             report=walk,
         )
         in_flight = set(roots.in_flight)
@@ -106,10 +116,17 @@ class Probe(base.Probe):
             steps=self.steps,
             baseline=self.baseline,
             baseline_step=self.baseline_step,
+            baseline_named_all=not self.baseline_unexplained,
             in_flight=in_flight,
+            unexplained=walk.pop("unexplained", []),
             min_bytes=int(self.options.get("min_bytes", MIB)),
         )
-        result.update(device_type=self.device_type, optimizer_steps=self.step_count, walk=walk)
+        result.update(
+            device_type=self.device_type,
+            optimizer_steps=self.step_count,
+            walk=walk,
+            baseline_unexplained_bytes=self.baseline_unexplained if self.baseline is not None else None,
+        )
         if self.errors:
             result["errors"] = list(self.errors)
         return result
@@ -147,6 +164,7 @@ class Probe(base.Probe):
         """The optimizer step hook: record allocated memory, and take the baseline after its step."""
         try:
             self.step_count += 1
+            self.step_sequence = next_sequence_nr(self.torch)
             allocated, _ = self._allocated()
             if allocated is not None and len(self.steps) < MAX_STEPS:
                 self.steps.append(allocated)
@@ -156,8 +174,18 @@ class Probe(base.Probe):
             self.errors.append(f"step hook: {type(err).__name__}: {err}")
 
     def _baseline(self) -> dict:
-        """Non-state bytes per root (by name without line) held right now, from the live stack."""
+        """Non-state bytes per root (by name without line) held right now, from the live stack.
+
+        The back search runs too, so that a name only it finds (an ``lru_cache``'s
+        entries) is measured the same way at both moments. Mid-run it may see
+        less: the measuring child freezes what existed before the script
+        (``gc.freeze()``), and ``gc.get_referrers`` does not return frozen
+        objects, such as a standard-library class's registry. What it met and
+        could not name is kept, so that the verdict knows whether a name
+        missing here really held nothing.
+        """
         roots = roots_from_stack(sys._getframe(1), self.learner_script)
+        report: dict = {}
         try:
             holders = find_holders(
                 roots,
@@ -167,7 +195,9 @@ class Probe(base.Probe):
                 skip=self._own_ids(),
                 cycles=False,
                 saved_hooks_hidden=self.saved_hooks_hidden,
+                report=report,
             )
+            self.baseline_unexplained = sum(row["bytes"] for row in report.get("unexplained", ()))
             baseline = {stable_name(name): 0 for name in roots}
             baseline.update({stable_name(h["name"]): own_bytes(h) for h in holders})
             return baseline

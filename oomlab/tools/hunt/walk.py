@@ -14,6 +14,12 @@ through ``object.__getattribute__`` and member descriptors, skips modules,
 classes (except the script's own) and functions' globals, and bounds itself by
 depth and node count.
 
+Then two more passes, each bounded in its own module: the back search
+(:mod:`~oomlab.tools.hunt.backsearch`) names the owners of the device storages
+no root reached and hands them back to the walk as roots of their own; and the
+graph in flight (:mod:`~oomlab.tools.hunt.inflight`) takes what the failing
+forward or backward pass saved away from whichever name reached it first.
+
 Device-agnostic and torch-free at import: tensors are recognised through the
 torch the caller hands over (or the one the process has already imported), so
 the tests walk CPU tensors and the probe walks GPU ones with the same code.
@@ -26,23 +32,36 @@ import contextlib
 import functools
 import gc
 import os
-import re
 import sys
 import types
 import warnings
 import weakref
 
 from oomlab.frames import is_learner, is_script
+from oomlab.tools.hunt import backsearch, inflight
+from oomlab.tools.hunt.paths import frame_locals, func_name, join_path, key_label, place, reads_locals, root_expr, short_file
 
-__all__ = ["CONTEXT_ROOT", "CYCLE", "STATE", "Roots", "find_holders", "model_state_ids", "roots_from", "roots_from_stack"]
+__all__ = [
+    "CONTEXT_ROOT",
+    "CYCLE",
+    "IN_FLIGHT",
+    "IN_FLIGHT_GRAPH",
+    "STATE",
+    "Roots",
+    "find_holders",
+    "model_state_ids",
+    "roots_from",
+    "roots_from_stack",
+]
 
-CO_OPTIMIZED = 0x0001  # inspect.CO_OPTIMIZED, without importing inspect into the learner's process
 MAX_DEPTH = 12  # ordinary references from a root; autograd edges do not count
 MAX_NODES = 200_000
 
 # Labels a holder can carry, and the name of one root, that the verdict reads.
 STATE = "model/optimizer state"
 CYCLE = "cycle"
+IN_FLIGHT = "in flight"  # the call that was running when the script stopped: its library frames, and its graph
+IN_FLIGHT_GRAPH = "the autograd graph of the {phase} in flight when the script stopped"
 CONTEXT_ROOT = "exception 'exc.__context__' being handled when the script failed"
 
 # Objects that cannot hold a tensor (or that the walk must not enter: modules, classes, code).
@@ -100,70 +119,24 @@ class _IdSet(set):
             self.keep.append(obj)
 
 
-def _root_expr(name: str) -> str:
-    """The Python name inside a root's label: ``"f() local 'x' (a.py:3)"`` -> ``x``."""
-    match = re.search(r"'([^']+)'", name)
-    return match.group(1) if match else name
-
-
-def _key_label(key) -> str:
-    if isinstance(key, (str, int, float, bool, type(None))):
-        text = repr(key)
-        return f"[{text[:40] + '…' if len(text) > 41 else text}]"
-    return f"[<{type(key).__name__}>]"
-
-
-def _where(code, line) -> str:
-    return f"{_short_file(code.co_filename)}:{line}"
-
-
-def _short_file(filename: str) -> str:
-    parts = filename.replace("\\", "/").split("/")
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts:
-            return "/".join(parts[parts.index(marker) + 1 :])
-    return parts[-1]
-
-
-def _func_name(code) -> str:
-    return getattr(code, "co_qualname", code.co_name)
-
-
-def _reads_locals(frame) -> bool:
-    """A function's frame (``CO_OPTIMIZED``): its ``f_locals`` is a view of its variables.
-
-    A module's frame has its globals there, and a class body or ``exec`` frame
-    a real namespace that must never be touched.
-    """
-    return bool(frame.f_code.co_flags & CO_OPTIMIZED)
-
-
-def _frame_locals(frame) -> list:
-    """``(name, value)`` of a frame's local variables, leaving nothing behind in the frame.
-
-    Before Python 3.13, reading ``f_locals`` of a function's frame stores a
-    dict snapshot in the frame, which would keep today's values alive after the
-    function rebinds them (a suspended generator, a loop still running): the
-    probe would change the memory it measures. So the snapshot is emptied
-    again; the function's real variables are not in it.
-    """
-    namespace = frame.f_locals
-    items = list(namespace.items())
-    if sys.version_info < (3, 13) and _reads_locals(frame) and isinstance(namespace, dict):
-        namespace.clear()
-    return items
-
-
 def _storage_key(tensor):
     """``(device, data_ptr)`` and byte size of a tensor's storage; ``None`` if it has none we can read."""
     try:
         storage = tensor.untyped_storage()
-        ptr, nbytes = storage.data_ptr(), storage.nbytes()
     except Exception:  # sparse, meta, fake and other storage-less tensors hold nothing we can attribute
+        return None, 0
+    return _storage_object_key(storage)
+
+
+def _storage_object_key(storage):
+    """:func:`_storage_key` of a storage object itself (``tensor.untyped_storage()`` kept on its own)."""
+    try:
+        ptr, nbytes, device = storage.data_ptr(), storage.nbytes(), storage.device
+    except Exception:  # a storage without data (meta) or of a kind we cannot read
         return None, 0
     if not ptr or not nbytes:
         return None, 0
-    return (str(tensor.device), ptr), int(nbytes)
+    return (str(device), ptr), int(nbytes)
 
 
 class _Walk:
@@ -181,7 +154,13 @@ class _Walk:
         self.slot_cache: dict[type, list] = {}
         self.saved_cache: dict[type, list] = {}
         self.seen: dict[int, object] = {}  # keeps every visited object (and unpacked saved tensor) alive
-        self.parent: dict[int, tuple] = {}
+        self.parent: dict[int, tuple] = {}  # id -> (parent's id or None, the edge's label, root index)
+        self.names: list[str] = []  # the roots, by index
+        self.root_types: dict[int, str] = {}
+        self.tensor_roots: set[int] = set()
+        self.labels: dict[int, str] = {}  # root index -> a label the verdict reads (CYCLE, IN_FLIGHT)
+        self.back_searched: set[int] = set()  # roots that only the back search found (a module global, a class attribute)
+        self.Storage = getattr(torch, "UntypedStorage", None)
         self.queue: collections.deque = collections.deque()
         self.claims: dict = {}  # storage key -> [root index, tensor id, graph entry id or None, bytes]
         self.state_keys: set = set()
@@ -195,6 +174,48 @@ class _Walk:
         self.skip_every_saved_value = saved_hooks_hidden
         # A module's namespace is reachable through builtin methods and frames: never enter one.
         self.skip.update(id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, types.ModuleType))
+
+    # -- roots
+    def add_root(self, name: str, obj, kind: str = "", label: str = "") -> int:
+        """Register a root (a name the walk credits storages to); its index."""
+        index = len(self.names)
+        self.names.append(name)
+        self.root_types[index] = kind or type(obj).__name__
+        if isinstance(obj, self.torch.Tensor):
+            self.tensor_roots.add(index)
+        if label:
+            self.labels[index] = label
+        return index
+
+    def adopt(self, obj, parent_id, label: str, root: int) -> None:
+        """Record ``obj`` as reached (by the back search) without walking on from it: its path is known."""
+        if id(obj) not in self.seen:
+            self.seen[id(obj)] = obj
+            self.parent[id(obj)] = (parent_id, label, root)
+
+    def unreached(self) -> dict:
+        """``{storage key: (bytes, [objects])}``: live tensors and storage objects on the device that no root reached.
+
+        Largest storages first, at most :data:`backsearch.MAX_TARGETS` of them;
+        one ``gc.get_objects()`` pass.
+        """
+        groups: dict = {}
+        tensor, storage = self.torch.Tensor, self.Storage
+        obj = None
+        for obj in gc.get_objects():
+            kind = type(obj)  # not isinstance(): a proxy's __class__ could run code, or raise
+            if issubclass(kind, tensor):
+                key, nbytes = _storage_key(obj)
+            elif storage is not None and issubclass(kind, storage):
+                key, nbytes = _storage_object_key(obj)
+            else:
+                continue
+            if key is None or key in self.claims or id(obj) in self.skip or key[0].split(":")[0] != self.device_type:
+                continue
+            groups.setdefault(key, (nbytes, []))[1].append(obj)
+        obj = None  # the loop's last object: no reference of ours may outlive the pass
+        largest = sorted(groups, key=lambda k: -groups[k][0])[: backsearch.MAX_TARGETS]
+        return {key: groups[key] for key in largest}
 
     # -- queueing
     def push(self, obj, parent_id, label, root, depth, entry, graph=False):
@@ -229,7 +250,7 @@ class _Walk:
                 self.queue.clear()
                 return
             self.seen[oid] = obj
-            self.parent[oid] = (parent_id, label)
+            self.parent[oid] = (parent_id, label, root)
             with contextlib.suppress(Exception):  # an object that refuses to be read holds nothing we can name
                 self.expand(obj, oid, root, depth, entry)
 
@@ -240,13 +261,15 @@ class _Walk:
         nxt = depth + 1
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj, oid, root, depth, entry)
+        if self.Storage is not None and isinstance(obj, self.Storage):
+            return self.claim(_storage_object_key(obj), oid, root, entry, state=False)
         if self.Node is not None and isinstance(obj, self.Node):
             return self.node(obj, oid, root, depth, entry)
         if isinstance(obj, torch.nn.Module):
             return self.module(obj, oid, root, depth, entry)
         if isinstance(obj, dict):
             for i, (key, value) in enumerate(list(dict.items(obj))):
-                child(value, label=_key_label(key), depth=nxt)
+                child(value, label=key_label(key), depth=nxt)
                 child(key, label=f".keys()[{i}]", depth=nxt)
             return self.attributes(obj, oid, root, depth, entry) if type(obj) is not dict else None
         if isinstance(obj, (list, tuple, collections.deque)):
@@ -294,14 +317,14 @@ class _Walk:
             return self.attributes(obj, oid, root, depth, entry)
         if isinstance(obj, types.TracebackType):
             frame = obj.tb_frame
-            where = _where(frame.f_code, obj.tb_lineno)
-            child(frame, label=f" -> {_func_name(frame.f_code)}() frame ({where})", depth=nxt)
+            where = place(frame.f_code, obj.tb_lineno)
+            child(frame, label=f" -> {func_name(frame.f_code)}() frame ({where})", depth=nxt)
             child(obj.tb_next, label=".tb_next", depth=nxt)
             return None
         if isinstance(obj, types.FrameType):
-            if not _reads_locals(obj) and obj.f_locals is obj.f_globals:
+            if not reads_locals(obj) and obj.f_locals is obj.f_globals:
                 return None  # a module's frame: its locals are the module namespace
-            for name, value in _frame_locals(obj):
+            for name, value in frame_locals(obj):
                 child(value, label=f" local {name!r}", depth=nxt)
             return None
         if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
@@ -377,15 +400,20 @@ class _Walk:
             self.slot_cache[cls] = found
         return self.slot_cache[cls]
 
+    def claim(self, found, oid, root, entry, state) -> None:
+        """Credit a storage (``(key, nbytes)`` from :func:`_storage_key`) to ``root``, unless a root reached it first."""
+        key, nbytes = found
+        if key is None or key[0].split(":")[0] != self.device_type:
+            return
+        if state:
+            self.state_keys.add(key)
+        if key not in self.claims:
+            self.claims[key] = [root, oid, entry, nbytes]
+
     def tensor(self, t, oid, root, depth, entry):
         state = oid in self.exclude or isinstance(t, self.torch.nn.Parameter)
         if t.device.type == self.device_type and not t.is_meta:
-            key, nbytes = _storage_key(t)
-            if key is not None:
-                if state:
-                    self.state_keys.add(key)
-                if key not in self.claims:
-                    self.claims[key] = [root, oid, entry, nbytes]
+            self.claim(_storage_key(t), oid, root, entry, state)
         grad_fn = t.grad_fn
         if grad_fn is not None:
             self.push(grad_fn, oid, ".grad_fn", root, depth, entry if entry is not None else id(grad_fn), graph=True)
@@ -447,18 +475,9 @@ class _Walk:
     def path(self, oid) -> str:
         labels = []
         while oid is not None:
-            oid, label = self.parent[oid]
+            oid, label, _ = self.parent[oid]
             labels.append(label)
-        return _join_path(labels[::-1])
-
-
-def _join_path(labels: list[str], keep_hops: int = 2) -> str:
-    """Join edge labels into one path, shortening long runs of autograd node hops."""
-    hops = [i for i, label in enumerate(labels) if re.fullmatch(r" -> \w*Backward\w*", label)]
-    if len(hops) > 2 * keep_hops + 1:
-        elided = hops[keep_hops:-keep_hops]
-        labels = labels[: elided[0]] + [f" -> … {len(elided)} nodes …"] + labels[elided[-1] + 1 :]
-    return "".join(labels).strip()
+        return join_path(labels[::-1])
 
 
 def _collect_cyclic_garbage() -> list:
@@ -497,6 +516,8 @@ def find_holders(
     skip: set = frozenset(),
     cycles: bool = True,
     saved_hooks_hidden: bool = False,
+    back_search: bool = True,
+    since_sequence: int | None = None,
     max_depth: int = MAX_DEPTH,
     max_nodes: int = MAX_NODES,
     report: dict | None = None,
@@ -521,8 +542,21 @@ def find_holders(
             ``saved_tensors_hooks`` and this torch cannot tell which values they
             packed (no ``SavedTensor.unpack_hook``): read no saved value at all,
             since reading one would run the script's unpack hook.
+        back_search: after the walk, search back from every live storage on
+            the device that no root reached to an object that can be named
+            (see :mod:`~oomlab.tools.hunt.backsearch`): a module global, a
+            class attribute, an entry of an ``lru_cache``. What it explains is
+            credited to that name; what it cannot, goes into ``report``.
+        since_sequence: the autograd sequence number at the last optimizer
+            step (:func:`~oomlab.tools.hunt.inflight.next_sequence_nr`), or
+            None. It tells the graph in flight (made by the step in progress)
+            from graphs kept since earlier steps; see
+            :mod:`~oomlab.tools.hunt.inflight`.
         report: if given, filled with what the walk itself saw (nodes,
-            truncated, unreadable saved tensors).
+            truncated, unreadable saved tensors, ``in_flight``: the phase of
+            the graph in flight or ""), and with the back search's figures
+            (``back_search``) and what it left unexplained (``unexplained``,
+            ``[{owner, bytes, storages}]``).
         torch: the module that tells tensors apart; by default the one this
             process imported. Without one no tensor exists, and nothing is held.
 
@@ -532,13 +566,20 @@ def find_holders(
         ``state_bytes``, ``direct_bytes`` (plain references), ``graph_bytes``
         (saved by autograd graphs), ``tensors`` and ``saved_tensors`` (storages
         behind those), ``graphs`` (graphs that keep saved tensors),
-        ``largest_path`` and ``largest_bytes``, ``tensor_root`` and ``label``.
+        ``step_graph_bytes`` (what of ``graph_bytes`` nodes made since
+        ``since_sequence`` saved), ``largest_path`` and ``largest_bytes``,
+        ``tensor_root``, ``back_searched`` (a root only the back search
+        found) and ``label``. The graph in flight, when the failing
+        call's frames hold one, is a holder of its own labelled ``IN_FLIGHT``.
     """
     torch = torch or sys.modules.get("torch")
     if torch is None:
         return []
     walk = _Walk(torch, device_type, exclude, skip, max_depth, max_nodes, saved_hooks_hidden)
     names = list(roots)
+    for name in names:
+        walk.add_root(name, roots[name])
+    found = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # reading attributes must not print into the learner's output
         # The call in progress (library frames) goes last, so what a script name also holds is credited to it.
@@ -546,27 +587,14 @@ def find_holders(
         for wave in (False, True):
             for index, name in enumerate(names):
                 if (name in in_flight) == wave:
-                    walk.push(roots[name], None, _root_expr(name), index, 0, None)
+                    walk.push(roots[name], None, root_expr(name), index, 0, None)
             walk.run()
-        root_types = {i: type(roots[n]).__name__ for i, n in enumerate(names)}
-        tensor_roots = {i for i, n in enumerate(names) if isinstance(roots[n], torch.Tensor)}
-        labels = {}
         if cycles and not walk.truncated:
-            garbage = _collect_cyclic_garbage()
-            if garbage:
-                index = len(names)
-                names.append(_cycle_name(garbage, torch))
-                root_types[index], labels[index] = "cycle", CYCLE
-                walk.only = {id(o) for o in garbage}
-                # Start from the objects that hold things, then the dicts and tensors nothing in the
-                # cycle led to: a tensor is then named by the attribute that holds it.
-                for wave in (lambda o: not isinstance(o, (torch.Tensor, dict)), lambda o: isinstance(o, dict), None):
-                    for obj in garbage:
-                        if wave is None or wave(obj):
-                            walk.push(obj, None, f"<{type(obj).__name__} in cycle>", index, 0, None)
-                    walk.run()
-                del garbage
-        holders = _aggregate(walk, names, root_types, tensor_roots, labels)
+            _walk_cycles(walk)
+        if back_search and not walk.truncated:
+            found = _search_back(walk, ignore={id(roots), id(getattr(exclude, "keep", None)), *skip})
+        phase = _split_in_flight(walk, {n: roots[n] for n in names if n in in_flight}, since_sequence)
+        holders = _aggregate(walk, since_sequence)
     if report is not None:
         report.update(
             nodes=len(walk.seen),
@@ -574,12 +602,124 @@ def find_holders(
             depth_limited=walk.depth_limited,
             unreadable_saved=walk.unreadable_saved,
             packed_saved=walk.packed_saved,
+            in_flight=phase,
         )
+        if found is not None:
+            report.update(back_search=found.stats, unexplained=found.unexplained)
     return holders
 
 
-def _aggregate(walk: _Walk, names, root_types, tensor_roots, labels) -> list[dict]:
+def _walk_cycles(walk: _Walk) -> None:
+    """Credit what only reference cycles keep alive to one more holder, the cycle."""
+    garbage = _collect_cyclic_garbage()
+    if not garbage:
+        return
+    index = walk.add_root(_cycle_name(garbage, walk.torch), None, kind="cycle", label=CYCLE)
+    walk.only = {id(o) for o in garbage}
+    # Start from the objects that hold things, then the dicts and tensors nothing in the
+    # cycle led to: a tensor is then named by the attribute that holds it.
+    for wave in (lambda o: not isinstance(o, (walk.torch.Tensor, dict)), lambda o: isinstance(o, dict), None):
+        for obj in garbage:
+            if wave is None or wave(obj):
+                walk.push(obj, None, f"<{type(obj).__name__} in cycle>", index, 0, None)
+        walk.run()
+    walk.only = None
+
+
+class _BackSearch:
+    """What :func:`_search_back` found: its figures, and what it could not name (``[{owner, bytes, storages}]``)."""
+
+    def __init__(self, stats: dict, unexplained: list):
+        self.stats, self.unexplained = stats, unexplained
+
+
+def _search_back(walk: _Walk, ignore: set) -> _BackSearch | None:
+    """Name the owners of the device storages the walk did not reach (see :mod:`~oomlab.tools.hunt.backsearch`).
+
+    Each target the search explains is handed back to the walk under the root
+    its chain arrived at (a root of the walk's, or a module global, class
+    attribute or frame local that becomes one), so its storage is claimed there
+    and its autograd graph followed like any other.
+    """
+    groups = walk.unreached()
+    if not groups:
+        return None
+    targets = [obj for _, objs in groups.values() for obj in objs]
+    found = backsearch.search(targets, reached=walk.seen, ignore=ignore | {id(groups), id(targets)}, torch=walk.torch)
+    new_roots: dict[str, int] = {}
+    for target, arrival, hops in found.explained:
+        if arrival.reached is not None:
+            above = id(arrival.reached)
+            root = walk.parent[above][2]
+        else:
+            root = new_roots.get(arrival.name)
+            if root is None:
+                root = new_roots[arrival.name] = walk.add_root(arrival.name, arrival.obj)
+                walk.back_searched.add(root)
+            if not hops:  # the name refers to the target itself
+                walk.push(target, None, arrival.expr, root, 0, None)
+                continue
+            above = id(arrival.obj)
+            walk.adopt(arrival.obj, None, arrival.expr, root)
+        for obj, label in hops[:-1]:
+            walk.adopt(obj, above, label, root)
+            above = id(obj)
+        walk.push(target, above, hops[-1][1], root, 1, None)
+    walk.run()
+    unexplained: dict[str, list] = {}
+    for target, owner in found.unexplained:
+        key, nbytes = _storage_key(target) if isinstance(target, walk.torch.Tensor) else _storage_object_key(target)
+        if key in walk.claims or key in unexplained.get(owner, ((), 0))[0]:
+            continue  # claimed after all (another object of the same storage, or a graph the walk then followed)
+        keys, total = unexplained.get(owner, (set(), 0))
+        unexplained[owner] = (keys | {key}, total + nbytes)
+    stats = {
+        "targets": len(groups),
+        "explained": len(groups) - sum(len(keys) for keys, _ in unexplained.values()),
+        "levels": found.levels,
+        "objects": found.nodes,
+        "stopped": found.truncated,
+        "seconds": found.seconds,
+    }
+    rows = [{"owner": owner, "bytes": total, "storages": len(keys)} for owner, (keys, total) in unexplained.items()]
+    return _BackSearch(stats, sorted(rows, key=lambda r: -r["bytes"]))
+
+
+def _split_in_flight(walk: _Walk, frames: dict, since: int | None) -> str:
+    """Move what the graph in flight saved to a holder of its own (see :mod:`~oomlab.tools.hunt.inflight`).
+
+    Returns the phase of the graph in flight (forward or backward pass), or ""
+    when the failing call's frames hold no graph made since ``since``.
+
+    ``frames`` are the failing call's library frames' locals (``{root name: value}``); ``since`` the
+    sequence number autograd had reached at the last optimizer step. Whichever
+    root reached a saved tensor first, if the node that saved it is part of the
+    graph in flight the bytes go to that graph: never to ``loss``, whose
+    backward was running.
+    """
+    if not frames:
+        return ""
+    nodes = inflight.graph_nodes(frames.values(), walk.torch, since)
+    node_ids = {id(node) for node in nodes}
+    phase = inflight.phase(frames)
+    moved = [
+        claim
+        for key, claim in walk.claims.items()
+        if claim[2] is not None and key not in walk.state_keys and walk.parent[claim[1]][0] in node_ids
+    ]
+    if not moved:
+        return phase if nodes else ""  # a graph in flight whose every saved tensor a name also holds
+    index = walk.add_root(IN_FLIGHT_GRAPH.format(phase=phase), None, kind="graph", label=IN_FLIGHT)
+    for claim in moved:
+        claim[0] = index
+    del nodes
+    return phase
+
+
+def _aggregate(walk: _Walk, since: int | None) -> list[dict]:
+    """One row per root from the walk's claims; ``since`` (a sequence number) tells this step's graphs from older ones."""
     rows = {}
+    sequence_of: dict[int, int | None] = {}  # node id -> its sequence number, read once
     for key, (root, tid, entry, nbytes) in walk.claims.items():
         row = rows.setdefault(
             root,
@@ -591,6 +731,7 @@ def _aggregate(walk: _Walk, names, root_types, tensor_roots, labels) -> list[dic
                 "tensors": 0,
                 "saved_tensors": 0,
                 "graph_ids": set(),
+                "step_graph_bytes": 0,
                 "largest": (0, None),
                 "largest_state": (0, None),
             },
@@ -607,6 +748,13 @@ def _aggregate(walk: _Walk, names, root_types, tensor_roots, labels) -> list[dic
             row["graph_bytes"] += nbytes
             row["saved_tensors"] += 1
             row["graph_ids"].add(entry)
+            node = walk.parent[tid][0]
+            if since is not None and node is not None:
+                if node not in sequence_of:
+                    sequence_of[node] = inflight.sequence_nr(walk.seen[node])
+                number = sequence_of[node]
+                if number is not None and number >= since:
+                    row["step_graph_bytes"] += nbytes  # saved by a node this step made
         row["largest"] = max(row["largest"], (nbytes, tid), key=lambda x: x[0])
     holders = []
     for root, row in rows.items():
@@ -614,19 +762,21 @@ def _aggregate(walk: _Walk, names, root_types, tensor_roots, labels) -> list[dic
         only_state = row["state_bytes"] == row["bytes"]
         holders.append(
             {
-                "name": names[root],
-                "type": root_types[root],
+                "name": walk.names[root],
+                "type": walk.root_types[root],
                 "bytes": row["bytes"],
                 "state_bytes": row["state_bytes"],
                 "direct_bytes": row["direct_bytes"],
                 "graph_bytes": row["graph_bytes"],
+                "step_graph_bytes": row["step_graph_bytes"],
                 "tensors": row["tensors"],
                 "saved_tensors": row["saved_tensors"],
                 "graphs": len(row["graph_ids"]),
                 "largest_path": walk.path(tid) if tid is not None else "",
                 "largest_bytes": largest_bytes,
-                "tensor_root": root in tensor_roots,
-                "label": labels.get(root) or (STATE if only_state else ""),
+                "tensor_root": root in walk.tensor_roots,
+                "back_searched": root in walk.back_searched,
+                "label": walk.labels.get(root) or (STATE if only_state else ""),
             }
         )
     holders.sort(key=lambda h: (-h["bytes"], h["name"]))
@@ -665,11 +815,11 @@ def _frame_roots(frames: list, script_path, *, library: bool = True) -> tuple[di
         learner = is_learner(code.co_filename, script)
         if learner and is_script(code.co_filename, script):
             main_globals = frame.f_globals
-        if not _reads_locals(frame) or not (learner or library):
+        if not reads_locals(frame) or not (learner or library):
             continue
-        where = _where(code, line)
-        for name, value in _frame_locals(frame):
-            root = f"{_func_name(code)}() local {name!r} ({where})"
+        where = place(code, line)
+        for name, value in frame_locals(frame):
+            root = f"{func_name(code)}() local {name!r} ({where})"
             if learner:
                 locals_[root] = value
             else:
@@ -679,7 +829,7 @@ def _frame_roots(frames: list, script_path, *, library: bool = True) -> tuple[di
         globals_.update(_global_roots(main_globals))
     for frame, _ in frames[first:]:  # helper modules next to the script
         if is_learner(frame.f_code.co_filename, script) and frame.f_globals is not main_globals:
-            for name, value in _global_roots(frame.f_globals, f" ({_short_file(frame.f_code.co_filename)})").items():
+            for name, value in _global_roots(frame.f_globals, f" ({short_file(frame.f_code.co_filename)})").items():
                 globals_.setdefault(name, value)
     return locals_, globals_, {"library": in_flight, "in_flight": in_flight_names}
 
