@@ -1,13 +1,15 @@
-"""The workflow's tools as commands: one per step (``oomlab snapshot | hunt | profile``), and ``diagnose``.
+"""The workflow's tools as commands: one per step (``oomlab snapshot | hunt | profile``), ``diagnose`` and ``compare``.
 
 Each works on an exercise (by id or number, under its budget) or on any
-script with its arguments (``oomlab hunt --budget 2GiB train.py -- --lr 3e-4``).
+script with its arguments (``oomlab hunt --budget 2GiB train.py -- --lr 3e-4``);
+``compare`` sets two snapshots or two runs side by side.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
@@ -21,7 +23,20 @@ from oomlab.course.state import make_folder, remove_empty_folders, shown, write_
 from oomlab.errors import OomLabError
 from oomlab.steps import STEPS, fix_first, step
 from oomlab.tools import analysis, presenter
-from oomlab.tools.run import Target, close_files, default_out_dir, path_kind, resolve, run_tool
+from oomlab.tools.compare import analysis as compare_analysis
+from oomlab.tools.compare import present as compare_present
+from oomlab.tools.compare import sides
+from oomlab.tools.compare.analysis import DEFAULT_TOP
+from oomlab.tools.run import (
+    Target,
+    budget_option,
+    close_files,
+    default_out_dir,
+    path_kind,
+    resolve,
+    run_tool,
+    time_limit_option,
+)
 
 TARGET = typer.Argument(
     ..., help="an exercise id or number, or a script and its arguments (put -- before options meant for the script)"
@@ -86,9 +101,9 @@ def run_all_tools(target: Target, base: Path, all_steps: bool, status) -> dict[s
     return measured
 
 
-def show(name: str, result: dict, out_dir: Path) -> None:
-    """A tool's findings in the terminal, and its pictures drawn into ``out_dir``."""
-    present = presenter(name)
+def show(name: str, result: dict, out_dir: Path, present=None) -> None:
+    """A tool's findings in the terminal, and its pictures drawn into ``out_dir`` (by ``present``, default the step's)."""
+    present = present or presenter(name)
     for part in present.render(result):
         console.print(part)
     if result.get("error"):
@@ -179,3 +194,71 @@ def diagnose(
     body.append(f"{verdict['headline']}\n{verdict['advice']}\n\n")
     body.append(verdict["then"], style="dim")
     console.print(Panel(body, title=f"diagnose · {resolved.label}", title_align="left", border_style="cyan"))
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(
+        ..., metavar="A", help="the first side: a snapshot (.pickle or snapshot.json), a result folder, an exercise or a script"
+    ),
+    b: str = typer.Argument(..., metavar="B", help="the second side, the same kinds; every change is B minus A"),
+    budget: Optional[str] = BUDGET,
+    out: Optional[Path] = typer.Option(None, metavar="FOLDER", help="folder for compare.json, compare.png and the runs"),
+    time_limit: Optional[float] = TIME_LIMIT,
+    top: int = typer.Option(DEFAULT_TOP, min=1, metavar="N", help="how many sites to list each way"),
+) -> None:
+    """Diff two snapshots or two runs (bug vs fix, yesterday vs today): what grew, by line and by holder.
+
+    A side given as an exercise or a script is run with the snapshot and the hunt tools first; an exercise's own file
+    (solutions/ID/train.py too) runs under that exercise's budget. Lines are matched across different code by their
+    text, so a line that moved is still the same line. Every change is B minus A.
+    """
+    # A bad option is refused even where both sides are files and nothing runs.
+    budget_option(budget)
+    time_limit_option(time_limit)
+    prepared = {letter: sides.prepare(word, budget, time_limit) for letter, word in (("a", a), ("b", b))}  # both before any run
+    labels = [p.label if isinstance(p, Target) else p["label"] for p in prepared.values()]
+    base = out or default_out_dir("-vs-".join(_folder_name(label) for label in labels), "compare")
+    made = make_folder(base)
+    try:
+        targets = {letter: p for letter, p in prepared.items() if isinstance(p, Target)}
+        if targets:
+            with console.status(
+                f"compare: running {' and '.join(t.label for t in targets.values())} with the snapshot and hunt probes…"
+            ):
+                found = run_sides(targets, base)
+            prepared.update({letter: sides.side_from_run(targets[letter], *found[letter]) for letter in targets})
+        result = compare_analysis.compare(prepared["a"], prepared["b"], top)
+        write_atomic(base / "compare.json", json.dumps(result, indent=1) + "\n")
+    finally:
+        remove_empty_folders(made)
+    console.rule(f"compare · A {shown(labels[0], 40)} · B {shown(labels[1], 40)}")
+    show("compare", result, base, compare_present)
+    console.print(Text(f"Result: {base / 'compare.json'}", style="dim"))
+
+
+def _folder_name(label: str) -> str:
+    """A side's label as part of a folder name: no separators or odd characters, not too long."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._")[:40] or "side"
+
+
+def run_sides(targets: dict[str, Target], base: Path) -> dict[str, tuple[dict, dict]]:
+    """The snapshot and the hunt of each target, in ``base/LETTER-TOOL``: ``{letter: (snapshot result, hunt result)}``.
+
+    Under budgets the runs go side by side, as many as the GPU holds (a budget
+    caps each, so no run changes another's figures); a script run uncapped may
+    want the whole GPU, so then they run one at a time.
+    """
+    from oomlab.measure.machine import parallel_runs
+
+    jobs = [(letter, name) for letter in targets for name in ("snapshot", "hunt")]
+    budgets = [t.budget_bytes for t in targets.values()]
+    workers = min(len(jobs), parallel_runs(budgets)) if all(budgets) else 1
+
+    def run(job: tuple[str, str]) -> dict:
+        letter, name = job
+        return run_tool(targets[letter], name, base / f"{letter}-{name}", tool_options(name))[1]
+
+    with ThreadPoolExecutor(workers) as pool:
+        results = dict(zip(jobs, pool.map(run, jobs), strict=True))
+    return {letter: (results[letter, "snapshot"], results[letter, "hunt"]) for letter in targets}
