@@ -12,6 +12,7 @@ The package, by role (each subpackage's docstring says more)::
       steps.py      the registry of the workflow's steps and what their findings mean
       oom.py        what an OOM message says; frames.py: whose code a frame is; units.py: sizes
       production.py allocator metrics for long-lived workers (Prometheus) and when to recycle one
+      oom_hook/     a one-line hook for training scripts: snapshot, holders and finding written at an OOM
 """
 
 __version__ = "0.2.0"

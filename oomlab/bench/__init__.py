@@ -19,7 +19,8 @@ package's ``long_history.py``: 840 optimizer steps), uncapped, beside their
 plain run. ``verify_wall_s`` times the whole ``oomlab dev verify``. ``class``
 times ``oomlab nbgrader autograde`` on a class of students made from the
 exercises' variants (:mod:`oomlab.bench.classroom`), and says whether every
-submission scored as its variant should.
+submission scored as its variant should. ``oom_hook`` is what :mod:`oomlab.oom_hook` costs a real
+training loop before any OOM, history recording on and off (:mod:`oomlab.bench.oom_hook`).
 
 A benchmark, not a test: nothing here passes or fails; the targets are written
 beside the figures, met or not.
@@ -189,6 +190,7 @@ def bench(
     note: Callable[[str], None] = lambda _: None,
     class_size: int = 0,
     assignment: str = "snapshot",
+    oom_hook_steps: int = 0,
 ) -> Iterator[dict]:
     """Time the exercises (those in ``only``, or all), the scripts and the whole truth check.
 
@@ -230,6 +232,11 @@ def bench(
 
             note(f"grading a class of {class_size} ({assignment})")
             yield {**sitting, "class": {**bench_class(folder / "class", assignment, class_size), **sitting}}
+        if oom_hook_steps:
+            from oomlab.bench.oom_hook import measure as bench_oom_hook
+
+            note(f"the OOM hook over {oom_hook_steps} training steps")
+            yield {**sitting, "oom_hook": {**bench_oom_hook(repeat, oom_hook_steps), **sitting}}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

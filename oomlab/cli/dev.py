@@ -266,6 +266,9 @@ def bench(
     repeat: int = typer.Option(3, min=3, help="runs per figure; each figure is their median"),
     class_size: int = typer.Option(0, "--class", min=0, help="also time grading a class of this many students (nbgrader)"),
     assignment: str = typer.Option("snapshot", help="the assignment the class submits, with --class"),
+    oom_hook_steps: int = typer.Option(
+        0, "--oom-hook", min=0, help="also time this many training steps with and without the OOM hook (oomlab.oom_hook)"
+    ),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
@@ -288,6 +291,7 @@ def bench(
             note=lambda s: status.update(f"Benchmarking {s}…"),
             class_size=class_size,
             assignment=assignment,
+            oom_hook_steps=oom_hook_steps,
         ):
             report = merge(report, now)
             write_atomic(path, json.dumps(report, indent=2) + "\n")
@@ -307,6 +311,10 @@ def bench(
         console.print(
             f"A class of {c['students']} ({c['notebooks']} notebooks of {c['assignment']}) graded in {c['wall_s']} s ({c['created']})"
         )
+    if "oom_hook" in report:
+        for loop, row in report["oom_hook"].get("loops", {}).items():
+            overhead = ", ".join(f"{v.replace('_', ' ')} {f:+.1%}" for v, f in row["overhead"].items())
+            console.print(f"OOM hook on the {loop} loop: {overhead} per step ({report['oom_hook']['created']})")
     for target, met in report["targets"].items():
         console.print(Text(f"{'✓' if met else '✗'} {target.replace('_', ' ')}", style="green" if met else "yellow"))
     console.print(f"Wrote {relpath(path, course.root)}")
