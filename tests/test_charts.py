@@ -35,3 +35,54 @@ def test_a_run_without_peaks_is_left_out_and_no_runs_draw_nothing():
     svg = peaks_chart([("bug", BUG), ("crashed", {"peak_allocated": None, "peak_reserved": None})], 2_048 * MIB)
     assert "crashed" not in svg
     assert peaks_chart([("crashed", {})], 2_048 * MIB) == ""
+
+
+# --------------------------------------------------------------------------- the probes' pictures
+
+
+def test_stacked_parts_keep_their_share_and_colour_in_every_row():
+    from oomlab.site.charts import stacked_bars
+
+    rows = [("before", [("weights", 100 * MIB), ("saved", 0)]), ("after", [("weights", 100 * MIB), ("saved", 300 * MIB)])]
+    svg = stacked_bars(rows, "a step")
+    w = widths(svg)
+    assert abs(w["after: saved 300.0 MiB"] / w["after: weights 100.0 MiB"] - 3) < 1e-2
+    assert abs(w["before: weights 100.0 MiB"] - w["after: weights 100.0 MiB"]) < 0.1
+    assert "before: saved" not in svg  # a part of 0 draws nothing
+    bars = {name: color for color, name in re.findall(r'fill="(#\w+)"><title>\w+: (\w+)', svg)}
+    legend = {name: color for color, name in re.findall(r'width="10" height="10" fill="(#\w+)"/>\s*<text [^>]*>(\w+)<', svg)}
+    assert legend == bars and len(set(legend.values())) == 2
+    assert "after: weights 100.0 MiB, saved 300.0 MiB" in svg  # the words for a screen reader
+    assert stacked_bars([], "nothing") == ""
+
+
+def worker(oom_at=None, restart=None) -> dict:
+    samples = [
+        {"request": r, "reserved_bytes": 1_000 * MIB, "allocated_bytes": 500 * MIB, "non_releasable_bytes": 200 * MIB}
+        for r in (25, 50, 75, 100)
+    ]
+    served = (oom_at - 1) if oom_at else 100
+    return {"cap_bytes": 2_000 * MIB, "requests": 100, "served": served, "oom_at_request": oom_at, "first_restart": restart, "samples": samples}
+
+
+def test_the_uptime_chart_marks_the_advised_restart_and_the_oom_only_where_they_happened():
+    from oomlab.site.charts import uptime_chart
+
+    svg = uptime_chart([("defaults", worker(oom_at=90, restart={"request": 25, "rule": "fragmentation"})), ("expandable", worker())])
+    assert svg.count("out of memory at 90") == 1 and svg.count("restart advised at 25 (fragmentation)") == 1
+    assert "expandable: served 100 of 100 requests\"" in svg  # the last words for a screen reader
+    # reserved is half the cap: in each panel the area's top sits halfway between the cap line and the axis
+    caps = [float(y) for y in re.findall(r'y1="([\d.]+)" x2="[\d.]+" y2="[\d.]+" stroke="#c62828" stroke-dasharray="4 3"', svg)]
+    areas = [[float(y) for y in re.findall(r",([\d.]+)", points)] for points in re.findall(r'<polygon points="([^"]+)"', svg)]
+    assert len(caps) == len(areas) == 2
+    for cap_y, ys in zip(caps, areas, strict=True):
+        bottom, top = ys[0], ys[1]
+        assert abs((bottom - top) / (bottom - cap_y) - 0.5) < 0.01
+    assert uptime_chart([("empty", {"samples": []})]) == ""
+
+
+def test_every_chart_marker_draws_its_probe_or_says_it_has_not_run():
+    from oomlab.site import fact_charts
+
+    assert fact_charts.chart("worker-uptime", None) is None
+    assert "<svg" in fact_charts.chart("worker-uptime", {"facts": {"worker_uptime": {"defaults": worker()}}})

@@ -218,6 +218,24 @@ def test_an_unknown_fact_fails_the_build(site_copy):
         page.write_text(original, encoding="utf-8")
 
 
+@pytest.mark.parametrize(
+    "marker, error",
+    [
+        ("<!-- oomlab:chart no-such-chart -->", "no chart named 'no-such-chart'"),
+        ("<!-- oomlab:oom-message no-such-exercise -->", "names 'no-such-exercise', which is not an exercise"),
+    ],
+)
+def test_a_marker_naming_nothing_fails_the_build(site_copy, marker, error):
+    page = site_copy / "course" / "index.md"
+    original = page.read_text(encoding="utf-8")
+    try:
+        page.write_text(original + f"\n{marker}\n", encoding="utf-8")
+        proc = build(site_copy)
+        assert proc.returncode != 0 and error in proc.stdout + proc.stderr
+    finally:
+        page.write_text(original, encoding="utf-8")
+
+
 def test_a_measured_fact_shows_on_the_built_page_with_where_it_comes_from(site_copy):
     measurements = site_copy / "course" / "measurements" / "facts.json"
     probe = write_probe(site_copy / "course" / "probes", "fake_probe", '""')
@@ -368,3 +386,11 @@ def test_every_fact_marker_names_a_probe_and_a_measured_key(page):
         value = facts.lookup(report, name, probes)  # raises UnknownFact
         if value is not facts.NOT_MEASURED:
             facts.format_value(name, value)  # raises UnknownFact for a value that is not a single figure
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [(0.47, "47%"), (0.0, "0%"), (0.004, "under 1%"), (0.001, "under 1%"), (0.00099, "under 0.1%"), (1.29e-07, "under 0.0001%")],
+)
+def test_a_fraction_too_small_for_a_whole_percent_is_given_as_a_bound_not_as_zero(value, shown):
+    assert facts.format_value("x.difference_fraction", value) == shown

@@ -232,26 +232,6 @@ def test_measurements_page_shows_how_long_a_learner_waits_and_whether_forked_run
         assert "Not compared yet" in text
 
 
-def test_the_recorded_error_is_shown_as_a_learner_alone_meets_it():
-    """verify runs many exercises on one GPU: the driver's lines about the other runs are left out, and counted."""
-    from oomlab.site.hooks import learner_view
-
-    message = (
-        "CUDA out of memory. Tried to allocate 128.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 120.33 GiB "
-        "is free. Process 8685 has 2.69 GiB memory in use. Including non-PyTorch memory, this process has 2.72 GiB memory "
-        "in use. Process 8708 has 2.50 GiB memory in use. Of the allocated memory 1.66 GiB is allocated by PyTorch"
-    )
-    shown, others = learner_view(message, cut=False)
-    assert others == 2 and "Process" not in shown and "this process has 2.72 GiB memory in use." in shown
-    assert shown.endswith("1.66 GiB is allocated by PyTorch")
-    shown, others = learner_view(message[: message.index("2.50")] + "2.5", cut=True)
-    assert others == 2 and shown.endswith("this process has 2.72 GiB memory in use.")
-    assert learner_view("CUDA out of memory. Tried to allocate 2.00 MiB.", cut=False) == (
-        "CUDA out of memory. Tried to allocate 2.00 MiB.",
-        0,
-    )
-
-
 def test_each_exercise_page_draws_its_measured_runs_against_its_budget(site, course):
     from oomlab.units import format_bytes
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import textwrap
 from html import escape
 
+from oomlab.site.palette import INDIGO, INDIGO_EDGE, INDIGO_PALE
 from oomlab.steps import STEPS
 
 __all__ = ["workflow_svg"]
 
 WIDTH, PAD, LINE, ARROW = 360, 10, 16, 30
 WRAP = 52  # characters of a line at 12 units in a box WIDTH wide
-ACCENT, INK, BOX, EDGE = "#3f51b5", "currentColor", "#e8eaf6", "#9fa8da"
+ACCENT, INK, BOX, EDGE = INDIGO, "currentColor", INDIGO_PALE, INDIGO_EDGE
 START = "CUDA out of memory: read the error first (allocated vs reserved)"
 LAST = "Then hyperparameters: batch size with gradient accumulation, sequence length"
 

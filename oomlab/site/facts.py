@@ -31,6 +31,7 @@ import ast
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -300,6 +301,9 @@ def format_value(key: str, value) -> str:
         exact = float(number.replace(",", "")) * scale == value
         return shown if exact or abs(value) >= EXACT_BELOW else f"{shown} ({value:,} bytes)"
     if last.endswith("_fraction"):
+        if 0 < abs(value) < 0.005:  # would read 0%: say how small it is instead, as the next power of ten above it
+            power = math.floor(math.log10(abs(value) * 100)) + 1
+            return f"under {10.0**power:.{max(0, -power)}f}%"
         return f"{value:.0%}"
     if last.endswith("_s"):
         return f"{value:,.1f} s"

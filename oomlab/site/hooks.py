@@ -50,6 +50,7 @@ from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.site.charts import peaks_chart  # noqa: E402
 from oomlab.site.cli_reference import cli_reference  # noqa: E402
 from oomlab.site.diagram import workflow_svg  # noqa: E402
+from oomlab.site.fact_charts import CHART_MARKER, CHARTS, chart  # noqa: E402
 from oomlab.site.markdown import cell, link_from  # noqa: E402
 from oomlab.site.module_pages import (  # noqa: E402
     exercise_table,
@@ -59,6 +60,7 @@ from oomlab.site.module_pages import (  # noqa: E402
     page_uri,
     taught,
 )
+from oomlab.site.oom_message import annotated, learner_view  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
@@ -317,12 +319,22 @@ def facts_provenance(page_src_uri: str, shown: list[str]) -> list[str]:
     return md
 
 
-def render_facts(markdown: str, page_src_uri: str) -> str:
+def render_facts(markdown: str, page_src_uri: str, charted: list[str]) -> str:
+    """The page's fact markers as figures, and where the figures and the charts (their probes' names) come from."""
     try:
         markdown, shown = site_facts.render(markdown, _state["facts"], _state["probes"], _state["derived"])
     except site_facts.UnknownFact as err:
         raise PluginError(f"{page_src_uri}: {err}") from None
-    return markdown.rstrip("\n") + "\n" + "\n".join(facts_provenance(page_src_uri, shown)) + "\n"
+    return markdown.rstrip("\n") + "\n" + "\n".join(facts_provenance(page_src_uri, [*shown, *charted])) + "\n"
+
+
+def chart_section(page_src_uri: str, name: str, charted: list[str]) -> str:
+    """A chart marker as its picture, or a line saying that its probe has not run yet."""
+    if name not in CHARTS:
+        raise PluginError(f"course/{page_src_uri}: no chart named {name!r}; charts: {', '.join(sorted(CHARTS))}.")
+    charted.append(CHARTS[name][0])
+    svg = chart(name, _state["facts"])
+    return svg if svg is not None else f"*(Not drawn yet: `{site_facts.COMMAND}` runs `{CHARTS[name][0]}` on a GPU.)*"
 
 
 # --------------------------------------------------------------------------- what a check's threshold is
@@ -653,42 +665,10 @@ def measurement_section(ex: Exercise) -> list[str]:
     return md
 
 
-_OTHER_PROCESS = re.compile(r"\bProcess \d+ has [\d.]+ [KMGT]?i?B memory in use\.")
-# Reports written before the whole first line was kept cut it at this many characters.
-CUT_AT = 300
-
-
-def learner_view(message: str, cut: bool) -> tuple[str, int]:
-    """The recorded message as a learner running alone meets it, and how many other processes' lines were left out.
-
-    The driver's part of the message lists every process holding memory on the GPU: others as *Process N has ...*,
-    the failing one as *Including non-PyTorch memory, this process has ...*; verify runs many exercises at once.
-    """
-    shown, others = _OTHER_PROCESS.subn("", message)
-    shown = " ".join(shown.split())
-    tail = shown.rfind("Process ")
-    if cut and tail >= 0 and "memory in use." not in shown[tail:]:  # another process's line, cut off mid-way
-        shown, others = shown[:tail].rstrip(), others + 1
-    return shown, others
-
-
-def error_section(ex: Exercise) -> list[str]:
-    """The error the shipped script ends with on the GPU, as the learner meets it: the page's first clue."""
-    buggy = (measured(ex.id) or {}).get("buggy") or {}
-    if not buggy.get("message"):
-        return []
-    where = f" at `{buggy['where']}`" if buggy.get("where") else ""
-    cut = len(buggy["message"]) == CUT_AT
-    shown, others = learner_view(buggy["message"], cut)
-    md = [
-        "## What you will see",
-        "",
-        f"The shipped script, run under the budget on {measured_on(_state['report'])}, ends with this error{where}"
-        + (f" (the part of its first {CUT_AT} characters that the run recorded):" if cut else ":"),
-        "",
-        fence(textwrap.fill(shown, 100, break_on_hyphens=False) + (" …" if cut else ""), "text"),
-        "",
-    ]
+def recorded_error(buggy: dict) -> list[str]:
+    """A recorded OOM message as a learner running alone meets it, and a note on what was left out."""
+    shown, others = learner_view(buggy["message"])
+    md = [fence(textwrap.fill(shown, 100, break_on_hyphens=False), "text"), ""]
     if others:
         jobs = (_state["report"] or {}).get("jobs")
         md += [
@@ -699,6 +679,49 @@ def error_section(ex: Exercise) -> list[str]:
             "",
         ]
     return md
+
+
+def error_section(ex: Exercise) -> list[str]:
+    """The error the shipped script ends with on the GPU, as the learner meets it: the page's first clue."""
+    buggy = (measured(ex.id) or {}).get("buggy") or {}
+    if not buggy.get("message"):
+        return []
+    where = f" at `{buggy['where']}`" if buggy.get("where") else ""
+    return [
+        "## What you will see",
+        "",
+        f"The shipped script, run under the budget on {measured_on(_state['report'])}, ends with this error{where}:",
+        "",
+        *recorded_error(buggy),
+    ]
+
+
+OOM_MESSAGE_MARKER = re.compile(r"<!--\s*oomlab:oom-message\s+([\w-]+)\s*-->")
+
+
+def oom_message_section(src_uri: str, exercise_id: str) -> str:
+    """A hand-written page's marker: one exercise's recorded error, whole, and each of its clauses explained."""
+    ex = next((ex for ex in _state["exercises"] if ex.id == exercise_id), None)
+    if ex is None:
+        raise PluginError(f"course/{src_uri}: oomlab:oom-message names {exercise_id!r}, which is not an exercise.")
+    buggy = (measured(ex.id) or {}).get("buggy") or {}
+    if not buggy.get("message"):
+        return f"*(The error of [{ex.title}]({link_from(src_uri, page_uri(ex))}) is not measured yet: `oomlab dev verify` on a GPU.)*"
+    links = {
+        "sizes": link_from(src_uri, "allocator.md") + "#sizes-pools-and-segments",
+        "fraction": link_from(src_uri, "allocator.md") + "#memory-fraction",
+        "expandable": link_from(src_uri, "allocator.md") + "#allocator-settings",
+    }
+    md = [
+        f"The shipped script of [{ex.title}]({link_from(src_uri, page_uri(ex))}), run under its budget on "
+        f"{measured_on(_state['report'])}, ended with:",
+        "",
+        *recorded_error(buggy),
+        "Clause by clause:",
+        "",
+        *annotated(learner_view(buggy["message"])[0], links),
+    ]
+    return "\n".join(md)
 
 
 def figure_section(ex: Exercise) -> list[str]:
@@ -1061,6 +1084,11 @@ def on_page_markdown(markdown, page, config, files):
         markdown = markdown.replace(MODULES_MARKER, modules_overview(page.file.src_uri, _state["exercises"]))
     if "oomlab:exercises" in markdown:
         markdown = MARKER.sub(lambda m: exercise_list(page.file.src_uri, m.group(1)), markdown)
-    if "oomlab:fact" in markdown:
-        markdown = render_facts(markdown, page.file.src_uri)
+    if "oomlab:oom-message" in markdown:
+        markdown = OOM_MESSAGE_MARKER.sub(lambda m: oom_message_section(page.file.src_uri, m.group(1)), markdown)
+    charted: list[str] = []
+    if "oomlab:chart" in markdown:
+        markdown = CHART_MARKER.sub(lambda m: chart_section(page.file.src_uri, m.group(1), charted), markdown)
+    if "oomlab:fact" in markdown or charted:
+        markdown = render_facts(markdown, page.file.src_uri, charted)
     return markdown
