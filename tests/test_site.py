@@ -292,3 +292,10 @@ def test_a_hand_written_page_shows_a_drawn_figure_through_its_marker(site):
     for name in ("ragged-batches-bug-segments.png", "ragged-batches-fix-segments.png"):
         assert (f'src="figures/{name}"' in raw) == (name in drawn), name
         assert (f"The picture {name} is not drawn yet" in text_of(site / "allocator.html")) == (name not in drawn)
+
+
+def test_the_production_page_shows_the_probes_own_lines_that_wire_the_monitor_and_ask_the_policy(site):
+    """The page includes lines of course/probes/worker_uptime.py by number: a probe edited around them must move them."""
+    text = re.sub(r"<[^>]+>", "", (site / "production.html").read_text(encoding="utf-8"))
+    for line in ("AllocatorMonitor(device=0, registry=registry)", "policy = RestartPolicy(", "decision = policy.decide("):
+        assert html.unescape(text).count(line) >= 1, f"production.md no longer shows `{line}`: fix its --8<-- line numbers"
