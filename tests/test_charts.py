@@ -62,15 +62,24 @@ def worker(oom_at=None, restart=None) -> dict:
         for r in (25, 50, 75, 100)
     ]
     served = (oom_at - 1) if oom_at else 100
-    return {"cap_bytes": 2_000 * MIB, "requests": 100, "served": served, "oom_at_request": oom_at, "first_restart": restart, "samples": samples}
+    return {
+        "cap_bytes": 2_000 * MIB,
+        "requests": 100,
+        "served": served,
+        "oom_at_request": oom_at,
+        "first_restart": restart,
+        "samples": samples,
+    }
 
 
 def test_the_uptime_chart_marks_the_advised_restart_and_the_oom_only_where_they_happened():
     from oomlab.site.charts import uptime_chart
 
-    svg = uptime_chart([("defaults", worker(oom_at=90, restart={"request": 25, "rule": "fragmentation"})), ("expandable", worker())])
+    svg = uptime_chart(
+        [("defaults", worker(oom_at=90, restart={"request": 25, "rule": "fragmentation"})), ("expandable", worker())]
+    )
     assert svg.count("out of memory at 90") == 1 and svg.count("restart advised at 25 (fragmentation)") == 1
-    assert "expandable: served 100 of 100 requests\"" in svg  # the last words for a screen reader
+    assert 'expandable: served 100 of 100 requests"' in svg  # the last words for a screen reader
     # reserved is half the cap: in each panel the area's top sits halfway between the cap line and the axis
     caps = [float(y) for y in re.findall(r'y1="([\d.]+)" x2="[\d.]+" y2="[\d.]+" stroke="#c62828" stroke-dasharray="4 3"', svg)]
     areas = [[float(y) for y in re.findall(r",([\d.]+)", points)] for points in re.findall(r'<polygon points="([^"]+)"', svg)]

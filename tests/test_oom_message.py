@@ -13,7 +13,9 @@ FRAGMENTED = (
     "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
     "Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
 )
-FULL = FRAGMENTED.replace("1.31 GiB is allocated", "1.99 GiB is allocated").replace("708.63 MiB is reserved", "8.00 MiB is reserved")
+FULL = FRAGMENTED.replace("1.31 GiB is allocated", "1.99 GiB is allocated").replace(
+    "708.63 MiB is reserved", "8.00 MiB is reserved"
+)
 
 
 def test_the_other_processes_lines_are_left_out_and_counted():
@@ -21,7 +23,10 @@ def test_the_other_processes_lines_are_left_out_and_counted():
     assert others == 2 and "Process 1" not in shown
     assert "Including non-PyTorch memory, this process has 2.72 GiB memory in use. 2.00 GiB allowed;" in shown
     assert "  " not in shown  # the gaps the left-out lines leave are closed
-    assert learner_view("CUDA out of memory. Tried to allocate 2.00 MiB.") == ("CUDA out of memory. Tried to allocate 2.00 MiB.", 0)
+    assert learner_view("CUDA out of memory. Tried to allocate 2.00 MiB.") == (
+        "CUDA out of memory. Tried to allocate 2.00 MiB.",
+        0,
+    )
 
 
 def test_every_clause_is_found_in_order_with_its_figures_in_bytes():
