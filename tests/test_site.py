@@ -299,3 +299,28 @@ def test_the_production_page_shows_the_probes_own_lines_that_wire_the_monitor_an
     text = re.sub(r"<[^>]+>", "", (site / "production.html").read_text(encoding="utf-8"))
     for line in ("AllocatorMonitor(device=0, registry=registry)", "policy = RestartPolicy(", "decision = policy.decide("):
         assert html.unescape(text).count(line) >= 1, f"production.md no longer shows `{line}`: fix its --8<-- line numbers"
+
+
+def test_the_sitemap_lists_every_page_once_the_published_address_is_given(tmp_path, site):
+    """No address is invented: without OOMLAB_SITE_URL the sitemap is empty; with it, it lists every page there."""
+    import os
+    import subprocess
+    import sys
+
+    assert "<loc>" not in (site / "sitemap.xml").read_text(encoding="utf-8")
+    env = {**os.environ, "OOMLAB_SITE_URL": "https://courses.example/oomlab/", "NO_MKDOCS_2_WARNING": "1"}
+    out = tmp_path / "published"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html")
+    listed = sorted(
+        re.findall(r"<loc>https://courses\.example/oomlab/([^<]*)</loc>", (out / "sitemap.xml").read_text(encoding="utf-8"))
+    )
+    assert listed == pages
