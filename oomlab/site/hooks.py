@@ -719,7 +719,7 @@ def oom_message_section(src_uri: str, exercise_id: str) -> str:
         *recorded_error(buggy),
         "Clause by clause:",
         "",
-        *annotated(learner_view(buggy["message"])[0], links),
+        *annotated(buggy["message"], links),  # the other processes' lines match no clause
     ]
     return "\n".join(md)
 
