@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import inspect
 import json
 import runpy
 import sys
@@ -701,7 +702,9 @@ def test_this_steps_graph_is_no_growth_across_steps():
     assert result["holders"][0]["grew_bytes"] == 0 and result["kind"] == "none"
 
 
-LRU_SCRIPT = """
+# The script runs on its own in the measured process: it gets FailsInBackward's own source, not a copy.
+LRU_SCRIPT = (
+    """
 import functools
 import torch
 
@@ -711,15 +714,9 @@ def bias(n):
     return torch.randn(n, 256)
 
 
-class FailsInBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, t):
-        return t.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise RuntimeError("CUDA out of memory (simulated)")
-
+"""
+    + inspect.getsource(FailsInBackward)
+    + """
 
 model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -730,6 +727,7 @@ for step in range(6):
     loss.backward()
     optimizer.step()
 """
+)
 
 
 def test_probe_blames_the_cache_not_the_graph_in_flight_when_backward_fails(tmp_path):
