@@ -1,10 +1,11 @@
-"""``oomlab hunt`` on held-out scripts: leaks of kinds the course does not teach, on a real GPU.
+"""``oomlab hunt`` and ``oomlab diagnose`` on held-out scripts: leaks of kinds the course does not teach, on a real GPU.
 
 Each script in tests/heldout/ seeds one memory leak and runs out of memory
 under its budget; tests/heldout/expected.toml says which holder the hunt must
-blame and the path it must print. The hunt runs as ``oomlab hunt SCRIPT
---budget B`` runs it (:func:`oomlab.tools.run.run_tool` with the command's
-options), so these are the findings a person would read. The GPU tests skip
+blame and the path it must print. The tools run as ``oomlab diagnose SCRIPT
+--budget B`` runs them (:func:`oomlab.cli.tools.run_all_tools`, each tool in a
+process of its own), so these are the findings a person would read, and
+diagnose must put the hunt's finding first. The GPU tests skip
 cleanly where there is no GPU; the manifest's own checks run everywhere.
 """
 
@@ -41,14 +42,18 @@ def test_every_heldout_script_has_one_expectation_and_each_reads():
         assert "cuda" in (HELDOUT / f"{name}.py").read_text(encoding="utf-8"), f"{name} must train on the GPU"
 
 
-def hunt(name: str, tmp_path: Path) -> dict:
-    """``oomlab hunt tests/heldout/NAME.py --budget B``, as the command runs it: the result it shows."""
-    from oomlab.cli.tools import tool_options
-    from oomlab.tools.run import resolve, run_tool
+def diagnose(name: str, tmp_path: Path) -> dict:
+    """``oomlab diagnose tests/heldout/NAME.py --budget B``, as the command runs it: each tool's result, and the verdict."""
+    from types import SimpleNamespace
+
+    from oomlab.cli.tools import run_all_tools
+    from oomlab.steps import fix_first
+    from oomlab.tools.run import resolve
 
     target = resolve([str(HELDOUT / f"{name}.py")], budget=EXPECTED[name]["budget"])
-    _, result = run_tool(target, "hunt", tmp_path / name, tool_options("hunt"))
-    return result
+    measured = run_all_tools(target, tmp_path / name, False, SimpleNamespace(update=lambda _: None))
+    results = {tool: result for tool, (_, result) in measured.items()}
+    return {**results, "verdict": fix_first(results)}
 
 
 def shown(result: dict) -> str:
@@ -65,11 +70,12 @@ def shown(result: dict) -> str:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_the_hunt_names_the_holder_of_a_heldout_leak(name, tmp_path):
+def test_the_hunt_and_diagnose_name_the_holder_of_a_heldout_leak(name, tmp_path):
     from oomlab.tools.hunt.analysis import IN_FLIGHT, stable_name
 
     case = EXPECTED[name]
-    result = hunt(name, tmp_path)
+    found = diagnose(name, tmp_path)
+    result = found["hunt"]
     summary = (
         f"{name}: {result.get('kind')} {result.get('culprit')!r} at {result.get('culprit_path')!r}: {result.get('headline')}"
     )
@@ -100,3 +106,9 @@ def test_the_hunt_names_the_holder_of_a_heldout_leak(name, tmp_path):
     allocated = result["allocated_bytes"]
     assert 0 < result["explained_bytes"] + result["unexplained_bytes"] <= allocated
     assert f"of the {format_bytes(allocated)} allocated" in text
+
+    # diagnose puts the leak first: the hunt's finding, over whatever the snapshot and the profile saw.
+    verdict = found["verdict"]
+    findings = {tool: f["kind"] for tool, f in verdict["findings"].items()}
+    assert verdict["found_by"] == "hunt" and verdict["fix_first"] == result["kind"], f"{summary}; diagnose: {findings}"
+    assert verdict["headline"] == result["headline"]

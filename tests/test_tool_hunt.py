@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import json
+import re
 import runpy
 import sys
 import textwrap
@@ -221,6 +222,104 @@ def test_model_parameters_and_optimizer_state_are_state_not_culprits():
     result = analysis.summarize(holders, min_bytes=1)
     assert result["kind"] == "none" and result["culprit_bytes"] == 0 and result["culprit"] is None
     assert result["state_bytes"] == expected
+
+
+def test_an_optimizers_parameters_that_no_module_holds_any_more_are_not_state():
+    """A head replaced by a new one, added as a param group: the old head and its moments stay in the optimizer."""
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters())
+    old_heads = []
+    for _ in range(3):
+        old_heads.append(model[4])
+        model[4] = nn.Linear(D_HIDDEN, 4)
+        optimizer.add_param_group({"params": model[4].parameters()})
+        model(torch.randn(B, D_IN)).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    orphans = [p for head in old_heads for p in head.parameters()]
+    moments = [v for p in orphans for v in optimizer.state[p].values() if isinstance(v, torch.Tensor)]  # and "step"
+    del old_heads
+    ids = hunt_walk.model_state_ids([model, optimizer])
+    assert {id(p) for p in orphans} == set(ids.orphans) and not any(id(p) in ids for p in orphans)
+    assert all(id(p) in ids for p in model.parameters())
+
+    held = by_name(walk({"global 'model'": model, "global 'optimizer'": optimizer}), "global 'optimizer'")
+    assert analysis.own_bytes(held) == storage_bytes(*orphans, *moments)
+    assert held["largest_path"].startswith("optimizer.")
+
+
+def test_an_optimizer_over_bare_tensors_or_with_no_module_in_sight_is_state():
+    w = torch.randn(D_IN, D_HIDDEN, requires_grad=True)  # not an nn.Parameter: no module to belong to
+    bare = torch.optim.Adam([w])
+    w.sum().backward()
+    bare.step()
+    head = nn.Linear(D_HIDDEN, 4)
+    alone = torch.optim.Adam(head.parameters())  # its module is not among the roots: nothing says it was replaced
+    head(torch.randn(B, D_HIDDEN)).mean().backward()
+    alone.step()
+    model = make_model()
+    for roots in ({"global 'model'": model, "global 'bare'": bare}, {"global 'alone'": alone}):
+        holders = walk(roots)
+        assert all(analysis.own_bytes(h) == 0 for h in holders), holders
+
+
+def gradient_history(model):
+    """A hook on the last weight that keeps every gradient in its closure, as a script recording them for a plot would."""
+    history = []
+
+    def keep(grad):
+        history.append(grad)
+        return grad
+
+    model[4].weight.register_hook(keep)
+    for _ in range(3):
+        model(torch.randn(B, D_IN)).mean().backward()
+        model.zero_grad(set_to_none=True)
+    return history
+
+
+def test_a_tensors_own_hooks_are_walked_into_their_closures():
+    model = make_model()
+    history = gradient_history(model)
+    held = by_name(walk({"global 'model'": model}, back_search=False), "global 'model'")
+    assert analysis.own_bytes(held) == storage_bytes(*history)
+    # The hook's key is its handle's number, counted over the whole process.
+    assert re.fullmatch(r"model\.4\.weight\._backward_hooks\[\d+\]\.__closure__\['history'\]\[0\]", held["largest_path"])
+
+
+def test_the_back_search_names_a_hook_and_a_closures_cell_the_way_the_walk_does():
+    model = make_model()
+    history = gradient_history(model)
+    search = backsearch.search(history[:1], reached={id(model[4].weight): model[4].weight}, ignore=set(), torch=torch)
+    [(_, arrival, hops)] = search.explained
+    assert arrival.reached is model[4].weight
+    assert re.fullmatch(r"\._backward_hooks\[\d+\]\.__closure__\['history'\]\[0\]", "".join(label for _, label in hops))
+
+
+def test_a_thread_locals_attributes_are_read_as_this_threads():
+    import threading
+
+    scratch = threading.local()
+    scratch.recent = [torch.randn(1000) for _ in range(3)]
+    held = by_name(walk({"global 'scratch'": scratch}), "global 'scratch'")
+    assert held["bytes"] == storage_bytes(*scratch.recent) and held["largest_path"] == "scratch.recent[0]"
+
+
+def test_of_equally_large_tensors_the_path_goes_down_the_branch_that_keeps_the_most():
+    """A suspended generator yields this batch and keeps every earlier one: the path shows the ones it keeps."""
+
+    def prefetch():
+        window = []
+        for _ in range(10):
+            batch = torch.randn(1000)
+            window.append(batch)
+            yield batch
+
+    batches = prefetch()
+    current = [next(batches) for _ in range(4)][-1]
+    held = by_name(walk({"main() local 'batches' (train.py:3)": batches}), "main() local 'batches' (train.py:3)")
+    assert held["bytes"] == 4 * storage_bytes(current)
+    assert held["largest_path"].startswith("batches -> suspended frame local 'window'[")
 
 
 def test_a_tensor_referenced_twice_is_counted_once():

@@ -245,9 +245,13 @@ def _hops(top, chain: list, torch) -> list:
     hops, above, previous = [], top, ""
     for obj in chain:
         kind, text = _edge(above, obj, torch)
-        if kind == "ns":  # the next hop is an attribute: ``.name``, not ``['name']``
-            above, previous = obj, kind
+        if kind in ("ns", "closure"):  # the next hop is an attribute (``.name``) or a closure's cell (``['name']``)
+            owner, above, previous = above, obj, kind
             continue
+        if previous == "closure" and isinstance(obj, types.CellType):
+            names = owner.__code__.co_freevars
+            index = next((i for i, cell in enumerate(above) if cell is obj), None)
+            text = f".__closure__[{names[index]!r}]" if index is not None and index < len(names) else ".__closure__"
         if kind == "key":
             if previous == "ns" and isinstance(text, str) and text.isidentifier():
                 text = f".{text}"
@@ -278,6 +282,8 @@ def _edge(above, obj, torch) -> tuple[str, object]:
         label = _lru_label(above, obj)
         return ("lru" if label == LRU else "text"), label
     if isinstance(above, types.FunctionType):
+        if obj is above.__closure__:
+            return "closure", None  # the tuple of cells: the cell below is named by its variable
         for name, cell in zip(above.__code__.co_freevars, above.__closure__ or (), strict=False):
             if cell is obj:
                 return "text", f".__closure__[{name!r}]"
@@ -303,8 +309,10 @@ def _edge(above, obj, torch) -> tuple[str, object]:
             return "text", f".{name}"
     if isinstance(above, type):
         return ("ns", None) if _namespace_of(above) is obj else ("text", f" -> {type(obj).__name__}")
-    if isinstance(above, torch.Tensor) and above.grad is obj:
-        return "text", ".grad"
+    if isinstance(above, torch.Tensor):
+        for name in ("grad", "_backward_hooks", "_post_accumulate_grad_hooks"):  # the last two: register_hook's dicts
+            if getattr(above, name, None) is obj:
+                return "text", f".{name}"
     return _attribute(above, obj)
 
 

@@ -33,6 +33,7 @@ import functools
 import gc
 import os
 import sys
+import threading
 import types
 import warnings
 import weakref
@@ -146,6 +147,7 @@ class _Walk:
         self.torch = torch
         self.device_type = device_type
         self.exclude = exclude
+        self.orphans = getattr(exclude, "orphans", ())  # an optimizer's parameters no module holds (model_state_ids)
         self.skip = set(skip)
         self.max_depth = max_depth
         self.max_nodes = max_nodes
@@ -345,6 +347,10 @@ class _Walk:
             return None
         if type(obj).__module__.split(".")[0] == "numpy":
             return None
+        if isinstance(obj, threading.local):
+            # Its attributes are this thread's; the generic read below sees none (other threads' come after).
+            for name, value in list(dict.items(obj.__dict__)):
+                child(value, label=f".{name}", depth=nxt)
         if not self.attributes(obj, oid, root, depth, entry) and gc.is_tracked(obj):
             # A C-level object without attributes we can name (iterators, views): follow what it references.
             for value in gc.get_referents(obj):
@@ -411,7 +417,8 @@ class _Walk:
             self.claims[key] = [root, oid, entry, nbytes]
 
     def tensor(self, t, oid, root, depth, entry):
-        state = oid in self.exclude or isinstance(t, self.torch.nn.Parameter)
+        # A parameter is model state, unless it is an optimizer's that no module holds any more (see model_state_ids).
+        state = oid in self.exclude or (isinstance(t, self.torch.nn.Parameter) and oid not in self.orphans)
         if t.device.type == self.device_type and not t.is_meta:
             self.claim(_storage_key(t), oid, root, entry, state)
         grad_fn = t.grad_fn
@@ -426,6 +433,11 @@ class _Walk:
                         self.state_keys.add(key)  # a parameter's gradient is model state too
                 self.push(grad, oid, ".grad", root, depth + 1, entry)
         self.attributes(t, oid, root, depth, entry)
+        # A tensor's hooks (register_hook, register_post_accumulate_grad_hook) live on the tensor, not in its __dict__.
+        for name in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+            hooks = getattr(t, name, None)
+            if hooks:
+                self.push(hooks, oid, f".{name}", root, depth + 1, entry)
 
     def node(self, node, oid, root, depth, entry):
         """An autograd graph node: the tensors it saved for backward, and the nodes it leads to."""
@@ -756,9 +768,11 @@ def _aggregate(walk: _Walk, since: int | None) -> list[dict]:
                 if number is not None and number >= since:
                     row["step_graph_bytes"] += nbytes  # saved by a node this step made
         row["largest"] = max(row["largest"], (nbytes, tid), key=lambda x: x[0])
+        row.setdefault("own", []).append((nbytes, tid))
     holders = []
     for root, row in rows.items():
         largest_bytes, tid = row["largest"] if row["largest"][1] is not None else row["largest_state"]
+        tid = _on_the_heaviest_branch(walk, row.get("own", []), largest_bytes) or tid
         only_state = row["state_bytes"] == row["bytes"]
         holders.append(
             {
@@ -781,6 +795,36 @@ def _aggregate(walk: _Walk, since: int | None) -> list[dict]:
         )
     holders.sort(key=lambda h: (-h["bytes"], h["name"]))
     return holders
+
+
+def _on_the_heaviest_branch(walk: _Walk, own: list[tuple[int, int]], largest: int) -> int | None:
+    """Of a holder's largest tensors (``(bytes, id)`` in ``own``), the one down the branch that holds the most.
+
+    Leaked tensors are often the size of the step's own: a generator's
+    ``window`` of batches beside the ``batch`` it yields, a list of logits beside
+    this step's logits. The path shown is to a largest tensor, so where several
+    are as large, it goes down the references that keep the most bytes, and
+    shows the leak rather than the step. None when there is no tie to break.
+    """
+    tied = [tid for nbytes, tid in own if nbytes == largest]
+    if len(tied) < 2:
+        return None
+    weight: dict[int, int] = {}
+    for nbytes, tid in own:
+        node = tid
+        while node is not None:
+            weight[node] = weight.get(node, 0) + nbytes
+            node = walk.parent[node][0]
+
+    def branch(tid: int) -> tuple:
+        chain = []
+        node = tid
+        while node is not None:
+            chain.append(weight[node])
+            node = walk.parent[node][0]
+        return tuple(reversed(chain))
+
+    return max(tied, key=branch)  # the first of equals: the walk's own order
 
 
 # --------------------------------------------------------------------------- where the walk starts
@@ -909,13 +953,25 @@ def model_state_ids(objs, torch=None) -> set:
     containers and in object attributes a few levels down. The returned set
     keeps the tensors alive, so the ids stay theirs while it lives. ``torch``
     is as for :func:`find_holders`.
+
+    An optimizer can outlive the modules it was made for: a head replaced by a
+    new one, with the new head's parameters added as another param group,
+    leaves the old head's parameters and their moments in the optimizer,
+    trained by nothing. So where modules were found, an ``nn.Parameter`` of an
+    optimizer that none of them holds is not model state: its id goes into the
+    set's ``orphans`` (kept alive too), and neither it nor its optimizer state
+    goes into the set. A tensor that is not an ``nn.Parameter`` (``opt =
+    SGD([w])`` on a bare tensor) has no module to belong to, so it is state.
     """
     ids = _IdSet()
+    ids.orphans = _IdSet()
     torch = torch or sys.modules.get("torch")
     if torch is None:
         return ids
     seen: set[int] = set()
     stack = [(obj, 0) for obj in objs]
+    module_params: set[int] = set()
+    optimizers = []
 
     def add_param(p):
         ids.add_object(p)
@@ -930,24 +986,13 @@ def model_state_ids(objs, torch=None) -> set:
         try:
             if isinstance(obj, torch.nn.Module):
                 for p in obj.parameters():
+                    module_params.add(id(p))
                     add_param(p)
                 for b in obj.buffers():
                     ids.add_object(b)
                 continue
             if isinstance(obj, torch.optim.Optimizer):
-                for group in obj.param_groups:
-                    for p in group["params"]:
-                        add_param(p)
-                for state in obj.state.values():
-                    pending = list(state.values()) if isinstance(state, dict) else [state]
-                    while pending:
-                        value = pending.pop()
-                        if isinstance(value, torch.Tensor):
-                            ids.add_object(value)
-                        elif isinstance(value, (list, tuple)):
-                            pending.extend(value)
-                        elif isinstance(value, dict):
-                            pending.extend(value.values())
+                optimizers.append(obj)
                 continue
             if depth >= 4 or isinstance(obj, torch.Tensor):
                 continue
@@ -961,4 +1006,35 @@ def model_state_ids(objs, torch=None) -> set:
                     stack.extend((v, depth + 1) for v in list(dict.values(namespace)))
         except Exception:
             continue
+    for optimizer in optimizers:
+        try:
+            _optimizer_state(optimizer, torch, ids, add_param, module_params)
+        except Exception:
+            continue
     return ids
+
+
+def _optimizer_state(optimizer, torch, ids: _IdSet, add_param, module_params: set[int]) -> None:
+    """Add ``optimizer``'s parameters and their state to ``ids``, its orphaned parameters to ``ids.orphans``."""
+
+    def orphaned(p) -> bool:
+        return bool(module_params) and isinstance(p, torch.nn.Parameter) and id(p) not in module_params
+
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if orphaned(p):
+                ids.orphans.add_object(p)
+            else:
+                add_param(p)
+    for p, state in list(optimizer.state.items()):
+        if orphaned(p):
+            continue
+        pending = list(state.values()) if isinstance(state, dict) else [state]
+        while pending:
+            value = pending.pop()
+            if isinstance(value, torch.Tensor):
+                ids.add_object(value)
+            elif isinstance(value, (list, tuple)):
+                pending.extend(value)
+            elif isinstance(value, dict):
+                pending.extend(value.values())
