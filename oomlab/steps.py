@@ -6,14 +6,16 @@ titles its pages with them; ``oomlab dev figures`` runs each exercise's tool.
 Adding a tool means one package under ``oomlab/tools/`` and one :class:`Step`
 here.
 
-Standard library only: the measuring child reads it to load a probe.
+Standard library only (and :mod:`oomlab.units`, which is too): the measuring child reads it to load a probe.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["FINDINGS", "STEPS", "Finding", "Step", "fix_first", "step"]
+from oomlab.units import format_bytes
+
+__all__ = ["FINDINGS", "LEAKS", "STEPS", "Finding", "Step", "fix_first", "step"]
 
 
 @dataclass(frozen=True)
@@ -131,16 +133,48 @@ def advice(kind: str) -> str | None:
     return next((f.advice for f in FINDINGS if f.kind == kind), None)
 
 
+LEAKS = ("graph-leak", "cycle", "container-leak")  # findings of memory that outlives its step
+
+
 def fix_first(results: dict[str, dict]) -> dict:
-    """One verdict from the tools' results (``{step name: result}``): what to fix first, and why."""
+    """One verdict from the tools' results (``{step name: result}``): what to fix first, and why.
+
+    Findings rank as :data:`FINDINGS` lists them, with one exception. A leak
+    that grew across optimizer steps by more than fragmentation strands comes
+    before the fragmentation: memory full of what a leak kept also leaves free
+    fragments, too small for the next request, and defragmenting would buy a
+    step or two. The growth is the hunt's (the culprit's ``grew_bytes``); what
+    fragmentation strands is the snapshot's ``culprit_bytes`` (free bytes in
+    segments that live blocks pin). ``why`` says so when it applies.
+    """
     kinds = {name: r.get("kind", "none") for name, r in results.items()}
     first = next((f.kind for f in FINDINGS if f.kind in kinds.values()), None)
     source = next((name for name, kind in kinds.items() if kind == first), None)
+    why = ""
+    if first == "fragmentation":
+        stranded = int(results[source].get("culprit_bytes") or 0)
+        for name, result in results.items():
+            grew = _culprit_growth(result) if kinds[name] in LEAKS else 0
+            if grew > stranded:
+                first, source = kinds[name], name
+                why = (
+                    f"The leak grew by {format_bytes(grew)} across optimizer steps, more than the "
+                    f"{format_bytes(stranded)} that fragmentation strands, so it comes first."
+                )
+                break
     return {
         "fix_first": first,
         "found_by": source,
         "headline": results[source]["headline"] if source else "No structural problem found: the memory goes to the work itself.",
         "advice": advice(first) if first else NOTHING_STRUCTURAL,
+        "why": why,
         "findings": {name: {"kind": kinds[name], "headline": r.get("headline", "")} for name, r in results.items()},
         "then": HYPERPARAMETERS_LAST,
     }
+
+
+def _culprit_growth(result: dict) -> int:
+    """How much the hunt's culprit grew since its baseline step, in bytes (0 when unknown)."""
+    culprit = result.get("culprit")
+    holder = next((h for h in result.get("holders") or [] if h.get("name") == culprit), None)
+    return int((holder or {}).get("grew_bytes") or 0) if culprit else 0

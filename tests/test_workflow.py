@@ -17,7 +17,7 @@ from oomlab.errors import OomLabError
 from oomlab.measure.harness import measure
 from oomlab.steps import fix_first as summarize
 from oomlab.tools.run import resolve
-from oomlab.units import parse_size
+from oomlab.units import MIB, parse_size
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,6 +138,29 @@ def test_diagnose_fixes_fragmentation_before_a_leak_before_a_peak():
     assert verdict["fix_first"] == "graph-leak" and "no_grad" in verdict["advice"]
     verdict = summarize({"snapshot": finding("live-memory"), "hunt": finding("none"), "profile": finding("transient-peak")})
     assert verdict["fix_first"] == "transient-peak"
+
+
+def hunted(kind: str, grew: int | None) -> dict:
+    """A hunt's result whose culprit grew by ``grew`` bytes since its baseline step."""
+    return {**finding(kind), "culprit": "global 'log'", "holders": [{"name": "global 'log'", "grew_bytes": grew}]}
+
+
+def test_a_leak_that_grew_more_than_fragmentation_strands_is_fixed_first():
+    fragmented = {**finding("fragmentation"), "culprit_bytes": 89 * MIB}  # what the snapshot says it strands
+    verdict = summarize({"snapshot": fragmented, "hunt": hunted("graph-leak", 1151 * MIB), "profile": finding("steady")})
+    assert verdict["fix_first"] == "graph-leak" and verdict["found_by"] == "hunt"
+    assert verdict["headline"] == "a graph-leak" and "no_grad" in verdict["advice"]
+    assert verdict["why"] == (
+        "The leak grew by 1,151.0 MiB across optimizer steps, more than the 89.0 MiB that fragmentation strands, "
+        "so it comes first."
+    )
+    # A leak that grew less than what is stranded, or did not grow at all, waits for the fragmentation.
+    for grew in (47 * MIB, 0, None):
+        verdict = summarize({"snapshot": {**fragmented, "culprit_bytes": 709 * MIB}, "hunt": hunted("container-leak", grew)})
+        assert (verdict["fix_first"], verdict["why"]) == ("fragmentation", "")
+    # Growth without a leak's finding (a holder the hunt only reports) ranks nothing.
+    verdict = summarize({"snapshot": fragmented, "hunt": hunted("held", 1151 * MIB)})
+    assert verdict["fix_first"] == "fragmentation"
 
 
 def test_diagnose_with_nothing_structural_says_so_and_ends_with_hyperparameters():

@@ -191,7 +191,10 @@ def diagnose(
         body.append(f"{finding['kind']:<16}", style="cyan")
         body.append(f"{finding['headline']}\n")
     body.append("\nFix first: ", style="bold")
-    body.append(f"{verdict['headline']}\n{verdict['advice']}\n\n")
+    body.append(f"{verdict['headline']}\n")
+    if verdict["why"]:
+        body.append(f"{verdict['why']}\n", style="dim")
+    body.append(f"{verdict['advice']}\n\n")
     body.append(verdict["then"], style="dim")
     console.print(Panel(body, title=f"diagnose · {resolved.label}", title_align="left", border_style="cyan"))
 

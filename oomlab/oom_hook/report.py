@@ -116,7 +116,14 @@ def finding_text(finding: dict) -> str:
     lines += ["", f"Fix first: {finding['fix_first'] or 'nothing structural'}"]
     if finding["found_by"]:
         lines[-1] += f" (found by {finding['found_by']})"
-    lines += [finding["headline"], "", finding["advice"], "", "What each part found:"]
+    lines += [
+        finding["headline"],
+        *([finding["why"]] if finding.get("why") else []),
+        "",
+        finding["advice"],
+        "",
+        "What each part found:",
+    ]
     width = max((len(name) for name in finding["findings"]), default=0)
     for name, found in finding["findings"].items():
         lines.append(f"  {name:<{width}}  {found['kind']:<15} {found['headline']}")
