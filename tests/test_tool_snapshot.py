@@ -816,6 +816,7 @@ GPU_DRIVER = textwrap.dedent(
     script, out = sys.argv[1], pathlib.Path(sys.argv[2])
     budget = 1 << 30
     torch.cuda.set_per_process_memory_fraction(budget / torch.cuda.get_device_properties(0).total_memory)
+    torch.cuda.mem_get_info()  # makes the CUDA context before the script, as the measuring child does
     probe = Probe(torch, out, {"budget_bytes": budget, "script": script})
     probe.start()
     try:
