@@ -48,3 +48,62 @@ def test_a_script_row_counts_towards_the_diagnose_target_and_scripts_merge_like_
     again = merge(merged, {"created": "tuesday", "scripts": [{**script, "created": "tuesday", "diagnose_vs_plain": 1.4}]})
     assert [r["created"] for r in again["scripts"]] == ["tuesday"] and again["targets"]["diagnose_within_2x_plain"] is True
     assert [r["id"] for r in again["exercises"]] == ["a"]
+
+
+# --------------------------------------------------------------------------- the tools' own costs on the site
+
+
+def variant(step_ms: float, host: int | None = None, peak_reserved: int = 0) -> dict:
+    return {"median_step_ms": step_ms, "p90_step_ms": step_ms + 0.5, "host_growth_bytes": host, "peak_reserved": peak_reserved}
+
+
+OOM_HOOK_ROW = {
+    "steps": 300,
+    "repeat": 3,
+    "max_entries": 100_000,
+    "loops": {
+        "transformer": {
+            "plain": variant(20.0),
+            "history_off": variant(19.96),
+            "history_on": variant(20.08, host=50 * 2**20),
+            "overhead": {"history_off": -0.002, "history_on": 0.004},
+            "history_gpu_bytes": {"peak_allocated": 0, "peak_reserved": 2 * 2**20},
+        }
+    },
+    "at_oom": {
+        "report_s": 0.9,
+        "oom_propagated": True,
+        "files": ["a", "b"],
+        "snapshot_bytes": 3 * 2**20,
+        "report_bytes": 4 * 2**20,
+    },
+}
+
+
+def test_the_oom_hooks_cost_reads_each_loops_step_times_and_the_reports_own():
+    from oomlab.site.tool_costs import oom_hook_section
+
+    md = "\n".join(oom_hook_section(OOM_HOOK_ROW, "NVIDIA H200, torch 2.11"))
+    assert "300 optimizer steps each, run 3 times" in md and "at most 100,000 entries" in md
+    assert "| 20.00 ms (p90 20.50) | 19.96 ms (p90 20.46), -0.2% | 20.08 ms (p90 20.58), +0.4% | 50.0 MiB | 2.0 MiB |" in md
+    assert "took 0.90 s (4.0 MiB in 2 files, of which 3.0 MiB the snapshot), and the same `OutOfMemoryError`" in md
+    lost = {**OOM_HOOK_ROW, "at_oom": {**OOM_HOOK_ROW["at_oom"], "oom_propagated": False}}
+    assert "was not the OOM" in "\n".join(oom_hook_section(lost, "?"))
+    assert oom_hook_section(None, "?") == []
+
+
+def test_the_big_snapshot_row_shows_each_phase_and_the_peak_memory():
+    from oomlab.site.tool_costs import big_snapshot_section
+
+    row = {
+        "source": "cuda", "depth": 32, "events": 2_400_000, "segments": 5_000, "pickle_bytes": 300 * 10**6,
+        "load_s": 8.2, "analyze_s": 2.94, "render_s": 0.1, "draw_s": 1.0, "peak_rss_bytes": 2**30, "result_json_bytes": 2**20,
+    }  # fmt: skip
+    md = "\n".join(big_snapshot_section(row, "NVIDIA H200, torch 2.11"))
+    assert "2,400,000 history events and 5,000 segments (286.1 MiB pickled), recorded on NVIDIA H200" in md
+    assert "| 8.2 s | 2.9 s | 0.1 s | 1.0 s | 1,024.0 MiB | 1.0 MiB of JSON |" in md
+    assert "Of the peak" not in md, "without the figure before reading, no share is said"
+    md = "\n".join(big_snapshot_section({**row, "rss_after": {"imports": 2**29}}, "?"))
+    assert "Of the peak, 512.0 MiB is the process before it read anything" in md and "took 512.0 MiB." in md
+    assert "built to torch's format" in "\n".join(big_snapshot_section({**row, "source": "synthetic"}, "?"))
+    assert big_snapshot_section(None, "?") == []

@@ -324,3 +324,19 @@ def test_the_sitemap_lists_every_page_once_the_published_address_is_given(tmp_pa
         re.findall(r"<loc>https://courses\.example/oomlab/([^<]*)</loc>", (out / "sitemap.xml").read_text(encoding="utf-8"))
     )
     assert listed == pages
+
+
+def test_the_measurements_page_shows_what_the_tools_cost_and_says_which_timings_are_not_the_current_courses(site):
+    speed = json.loads((ROOT / "course" / "measurements" / "speed.json").read_text(encoding="utf-8"))
+    verify = json.loads((ROOT / "course" / "measurements" / "verify.json").read_text(encoding="utf-8"))
+    text = text_of(site / "measurements.html")
+    hook, big = speed["oom_hook"], speed["big_snapshot"]
+    assert "What the OOM hook costs" in text and f"{hook['steps']} optimizer steps each" in text
+    for loop in hook["loops"].values():
+        assert f"{loop['history_on']['median_step_ms']:.2f} ms (p90 {loop['history_on']['p90_step_ms']:.2f})" in text
+    assert f"writing the report took {hook['at_oom']['report_s']:.2f} s" in text
+    assert "The snapshot tool on a big snapshot" in text and f"{big['events']:,} history events" in text
+    timed_now = speed["verify_runs"] == verify["runs"]
+    assert ("not timed on this course" in text) != timed_now
+    if not timed_now:
+        assert f"it has {verify['runs']} now" in text and f"ran them in {verify['wall_s']} s" in text

@@ -21,6 +21,8 @@ times ``oomlab nbgrader autograde`` on a class of students made from the
 exercises' variants (:mod:`oomlab.bench.classroom`), and says whether every
 submission scored as its variant should. ``oom_hook`` is what :mod:`oomlab.oom_hook` costs a real
 training loop before any OOM, history recording on and off (:mod:`oomlab.bench.oom_hook`).
+``big_snapshot`` is the snapshot tool's own time and memory on a snapshot of a
+few hundred MB recorded on this GPU (:mod:`oomlab.bench.big_snapshot`).
 
 A benchmark, not a test: nothing here passes or fails; the targets are written
 beside the figures, met or not.
@@ -191,6 +193,7 @@ def bench(
     class_size: int = 0,
     assignment: str = "snapshot",
     oom_hook_steps: int = 0,
+    big_snapshot_events: int = 0,
 ) -> Iterator[dict]:
     """Time the exercises (those in ``only``, or all), the scripts and the whole truth check.
 
@@ -237,6 +240,11 @@ def bench(
 
             note(f"the OOM hook over {oom_hook_steps} training steps")
             yield {**sitting, "oom_hook": {**bench_oom_hook(repeat, oom_hook_steps), **sitting}}
+        if big_snapshot_events:
+            from oomlab.bench.big_snapshot import measure as bench_big_snapshot
+
+            note(f"the snapshot tool on a snapshot of {big_snapshot_events:,} events")
+            yield {**sitting, "big_snapshot": {**bench_big_snapshot(big_snapshot_events), **sitting}}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

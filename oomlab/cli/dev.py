@@ -269,6 +269,9 @@ def bench(
     oom_hook_steps: int = typer.Option(
         0, "--oom-hook", min=0, help="also time this many training steps with and without the OOM hook (oomlab.oom_hook)"
     ),
+    big_snapshot_events: int = typer.Option(
+        0, "--big-snapshot", min=0, metavar="EVENTS", help="also time the snapshot tool on a snapshot of this many events"
+    ),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
@@ -292,6 +295,7 @@ def bench(
             class_size=class_size,
             assignment=assignment,
             oom_hook_steps=oom_hook_steps,
+            big_snapshot_events=big_snapshot_events,
         ):
             report = merge(report, now)
             write_atomic(path, json.dumps(report, indent=2) + "\n")
@@ -315,6 +319,12 @@ def bench(
         for loop, row in report["oom_hook"].get("loops", {}).items():
             overhead = ", ".join(f"{v.replace('_', ' ')} {f:+.1%}" for v, f in row["overhead"].items())
             console.print(f"OOM hook on the {loop} loop: {overhead} per step ({report['oom_hook']['created']})")
+    if "big_snapshot" in report:
+        big = report["big_snapshot"]
+        console.print(
+            f"snapshot tool on {big['pickle_bytes'] / 1e6:,.0f} MB ({big['events']:,} events): load {big['load_s']} s, "
+            f"analyze {big['analyze_s']} s, peak {big['peak_rss_bytes'] / 1e9:.2f} GB ({big['created']})"
+        )
     for target, met in report["targets"].items():
         console.print(Text(f"{'✓' if met else '✗'} {target.replace('_', ' ')}", style="green" if met else "yellow"))
     console.print(f"Wrote {relpath(path, course.root)}")

@@ -3,12 +3,15 @@
 ``oomlab dev figures`` runs each exercise's tool (the step it teaches) on its
 seeded bug and on the reference fix, and copies the pictures, the findings and
 any allocator snapshot (for PyTorch's own viewer) into ``course/figures/``, with
-``figures.json`` listing them. Nothing in there is drawn or typed by hand, and
-no path of the machine that drew it is in there.
+``figures.json`` listing them. It also sets the bug and the fix side by side
+with ``oomlab compare`` (``compares`` in ``figures.json``, ``ID-compare.png``):
+what the fix changed, by line and by holder. Nothing in there is drawn or typed
+by hand, and no path of the machine that drew it is in there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import shutil
@@ -21,67 +24,113 @@ from oomlab.grading.truth import Variant
 from oomlab.measure import warm
 from oomlab.steps import step
 from oomlab.tools import presenter
+from oomlab.tools.compare import analysis as compare_analysis
+from oomlab.tools.compare import present as compare_present
+from oomlab.tools.compare.sides import side_from_run
 from oomlab.tools.run import exercise_target, run_tool
 from oomlab.units import MIB, format_bytes
 
 # A longer run records a larger history (a day of the inference worker's traffic: about 80 MiB).
 # Pictures show such a run as well; a download that size is not worth its weight in the repository.
 SNAPSHOT_LIMIT_BYTES = 5 * MIB
+COMPARED_BY = ("snapshot", "hunt")  # the runs `oomlab compare` reads of each side
+COMPARE_TOP = 5  # sites listed each way on a page
 
 
 def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> list[Path]:
-    """Run every exercise's tool on its bug and its fix, ``jobs`` at a time, and copy what they drew into ``out``.
+    """Run every exercise's tools on its bug and its fix, ``jobs`` at a time, and copy what they drew into ``out``.
 
+    Each exercise's own tool draws its pictures; the snapshot and the hunt of
+    both sides (the tool's own run where it is one of them) feed the comparison.
     Each run is a fresh process under its exercise's budget, as a learner's
     would be (never forked from a warm server, whose frames would show in the
     snapshots), so runs side by side change no figure.
     """
     out.mkdir(parents=True, exist_ok=True)
-    index = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "figures": {}}
+    index = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "figures": {}, "compares": {}}
     runs = []
     for ex in course.exercises:
         bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol: bug).script()
-        runs += [(ex, "bug", bug, ex.learner_path), (ex, "fix", ex.solution_path, ex.solution_path)]
+        for variant, script, shown in (("bug", bug, ex.learner_path), ("fix", ex.solution_path, ex.solution_path)):
+            target = exercise_target(ex, script=script, shown_as=shown)
+            for name in dict.fromkeys((step(ex.step).name, *COMPARED_BY)):
+                runs.append((ex, variant, name, target))
 
     def run(item) -> tuple:
-        ex, variant, script, shown = item
-        tool = step(ex.step)
-        note(f"{tool.name} on {ex.id} ({variant})…")
-        target = exercise_target(ex, script=script, shown_as=shown)
-        return run_tool(target, tool.name, StateDir(course.root).figure_run(ex.id, variant), tool.figure_options)
+        ex, variant, name, target = item
+        note(f"{name} on {ex.id} ({variant})…")
+        options = step(name).figure_options if name == step(ex.step).name else step(name).options
+        return run_tool(target, name, StateDir(course.root).figure_run(ex.id, variant) / name, options)
 
     with warm.fresh_only(), ThreadPoolExecutor(max(1, jobs)) as pool:
-        measured = list(pool.map(run, runs))
+        measured = {(ex.id, variant, name): done for (ex, variant, name, _), done in zip(runs, pool.map(run, runs), strict=True)}
+    targets = {(ex.id, variant): target for ex, variant, _, target in runs}
     written = []
-    for (ex, variant, _, _), (m, result) in zip(runs, measured, strict=True):
+    for ex in course.exercises:
         tool = step(ex.step)
-        index.setdefault("gpu", m.gpu)
-        index.setdefault("torch", m.torch)
+        for variant in ("bug", "fix"):
+            m, result = measured[(ex.id, variant, tool.name)]
+            index.setdefault("gpu", m.gpu)
+            index.setdefault("torch", m.torch)
+            files = []
+            for picture in presenter(tool.name).draw(result, Path(result["out_dir"])):
+                dest = out / f"{ex.id}-{variant}-{picture.name}"
+                shutil.copyfile(picture, dest)
+                files.append(dest.name)
+                written.append(dest)
+            snapshot = Path(measured[(ex.id, variant, "snapshot")][1]["out_dir"]) / "snapshot.pickle"
+            kept, left_out = None, None
+            if tool.name == "snapshot" and snapshot.is_file():  # readers can open it in PyTorch's own viewer
+                kept, left_out = keep_snapshot(snapshot, out / f"{ex.id}-{variant}-snapshot.pickle")
+                if kept:
+                    written.append(out / kept)
+            index["figures"][f"{ex.id}-{variant}"] = {
+                "exercise": ex.id,
+                "variant": variant,
+                "tool": tool.name,
+                "kind": result.get("kind"),
+                "headline": result.get("headline"),
+                "wall_s": m.wall_s,
+                "files": files,
+                "snapshot": kept,
+                "snapshot_left_out": left_out,
+            }
+        bug, fix = (
+            side_from_run(
+                dataclasses.replace(targets[(ex.id, variant)], label=label),
+                *(measured[(ex.id, variant, name)][1] for name in COMPARED_BY),
+            )
+            for variant, label in (("bug", ex.id), ("fix", f"{ex.id}-fix"))
+        )
+        compared = compare_analysis.compare(bug, fix, COMPARE_TOP)
+        folder = StateDir(course.root).figure_run(ex.id, "compare")
+        folder.mkdir(parents=True, exist_ok=True)
         files = []
-        for picture in presenter(tool.name).draw(result, Path(result["out_dir"])):
-            dest = out / f"{ex.id}-{variant}-{picture.name}"
+        for picture in compare_present.draw(compared, folder):
+            dest = out / f"{ex.id}-{picture.name}"
             shutil.copyfile(picture, dest)
             files.append(dest.name)
             written.append(dest)
-        snapshot = Path(result["out_dir"]) / "snapshot.pickle"
-        kept, left_out = None, None
-        if snapshot.is_file():  # readers can open it in PyTorch's own viewer
-            kept, left_out = keep_snapshot(snapshot, out / f"{ex.id}-{variant}-snapshot.pickle")
-            if kept:
-                written.append(out / kept)
-        index["figures"][f"{ex.id}-{variant}"] = {
-            "exercise": ex.id,
-            "variant": variant,
-            "tool": tool.name,
-            "kind": result.get("kind"),
-            "headline": result.get("headline"),
-            "wall_s": m.wall_s,
-            "files": files,
-            "snapshot": kept,
-            "snapshot_left_out": left_out,
-        }
+        index["compares"][ex.id] = {"exercise": ex.id, **for_the_site(compared), "files": files}
     write_atomic(out / "figures.json", json.dumps(index, indent=2) + "\n")
     return [*written, out / "figures.json"]
+
+
+def for_the_site(compared: dict) -> dict:
+    """What a page shows of ``oomlab compare``'s result: no folder or file of the machine that ran it."""
+    return {
+        "kind": compared["kind"],
+        "headline": compared["headline"],
+        "sides": {letter: {k: side[k] for k in ("label", "ended", "headline")} for letter, side in compared["sides"].items()},
+        "figures": [{k: f[k] for k in ("figure", "name", "meaning", "bytes", "a", "b", "change")} for f in compared["figures"]],
+        **{
+            way: [{k: r[k] for k in ("site", "code", "bytes_a", "bytes_b", "growth", "matched_by")} for r in compared[way]]
+            for way in ("grown", "shrunk")
+        },
+        "holders": None
+        if compared["holders"] is None
+        else [{k: r[k] for k in ("holder", "bytes_a", "bytes_b", "growth", "path")} for r in compared["holders"][:COMPARE_TOP]],
+    }
 
 
 def keep_snapshot(snapshot: Path, dest: Path) -> tuple[str | None, str | None]:

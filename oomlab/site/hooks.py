@@ -49,9 +49,10 @@ from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
 from oomlab.site.charts import peaks_chart  # noqa: E402
 from oomlab.site.cli_reference import cli_reference  # noqa: E402
+from oomlab.site.compare_fold import compare_fold  # noqa: E402
 from oomlab.site.diagram import workflow_svg  # noqa: E402
 from oomlab.site.fact_charts import CHART_MARKER, CHARTS, chart  # noqa: E402
-from oomlab.site.markdown import cell, link_from  # noqa: E402
+from oomlab.site.markdown import cell, escaped, indented, link_from  # noqa: E402
 from oomlab.site.module_pages import (  # noqa: E402
     exercise_table,
     module_page,
@@ -61,6 +62,7 @@ from oomlab.site.module_pages import (  # noqa: E402
     taught,
 )
 from oomlab.site.oom_message import annotated, learner_view  # noqa: E402
+from oomlab.site.tool_costs import big_snapshot_section, oom_hook_section  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
@@ -110,11 +112,6 @@ _CODE_LIKE = re.compile(
     r"|[A-Za-z]\w*_\w+"  # snake_case names: self_cuda_memory_usage
 )
 _NOT_CODE = {"e.g", "i.e"}
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]])")
-
-
-def _escape(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text).replace("<", "&lt;")
 
 
 def upper_first(text: str) -> str:
@@ -133,10 +130,10 @@ def prose(text: str) -> str:
     for m in _CODE_LIKE.finditer(text):
         if m.group(0).lower() in _NOT_CODE:
             continue
-        out.append(_escape(text[last : m.start()]))
+        out.append(escaped(text[last : m.start()]))
         out.append(f"`{m.group(0)}`")
         last = m.end()
-    out.append(_escape(text[last:]))
+    out.append(escaped(text[last:]))
     return "".join(out)
 
 
@@ -612,7 +609,19 @@ def fix_section(ex: Exercise) -> list[str]:
         "",
         *indented(fence(script_diff(ex), "diff")),
         "",
+        *compare_fold(
+            _state["figures"].get("compares", {}).get(ex.id),
+            ex.id,
+            ex.solution_path.relative_to(ex.root).as_posix(),
+            page_uri(ex),
+            drawn_on(_state["figures"]),
+        ),
     ]
+
+
+def drawn_on(index: dict) -> str:
+    """Where and when ``oomlab dev figures`` drew ``figures.json``: ``NVIDIA H200, torch 2.11.0, 2026-12-02``."""
+    return f"{index.get('gpu', '?')}, torch {index.get('torch', '?')}, {str(index.get('created', '?'))[:10]}"
 
 
 def measurement_section(ex: Exercise) -> list[str]:
@@ -736,8 +745,7 @@ def figure_section(ex: Exercise) -> list[str]:
         f"## What `oomlab {tool}` shows",
         "",
         f"Run `oomlab {tool} {ex.id}` yourself first: what it finds is most of the answer. "
-        f"Drawn by `oomlab dev figures` on {index.get('gpu', '?')}, torch {index.get('torch', '?')}, "
-        f"{str(index.get('created', '?'))[:10]}: the tool run on the buggy script and on the reference fix.",
+        f"Drawn by `oomlab dev figures` on {drawn_on(index)}: the tool run on the buggy script and on the reference fix.",
         "",
     ]
     body: list[str] = []
@@ -745,7 +753,7 @@ def figure_section(ex: Exercise) -> list[str]:
         body += profile_legend(uri)
     for figure in sorted(shown, key=lambda f: f["variant"] != "bug"):
         label = "The buggy script" if figure["variant"] == "bug" else "The reference fix"
-        body += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + _escape(figure.get("headline") or ""), ""]
+        body += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + escaped(figure.get("headline") or ""), ""]
         if figure["variant"] == "bug":
             body += failed_step_note(ex, figure)
         for name in figure["files"]:
@@ -782,11 +790,6 @@ def wrong_fix_section(ex: Exercise) -> list[str]:
         md += [f'??? failure "`{fix.name}`: caught by `{fix.expect}`"', "", f"    {prose(fix.why)}{result}", ""]
         md += folded_edits(fix)
     return md
-
-
-def indented(markdown: str) -> list[str]:
-    """Markdown as the lines of a fold's body (indented by four spaces; blank lines stay blank)."""
-    return ["    " + line if line else "" for line in markdown.split("\n")]
 
 
 def folded_edits(fix) -> list[str]:
@@ -952,16 +955,28 @@ def speed_section(report: dict | None) -> list[str]:
         for row in report["scripts"]:
             keys = ("plain_s", "snapshot_s", "hunt_s", "profile_s", "diagnose_s")
             md.append(f"| {cell(row['id'])} | " + " | ".join(_seconds(row.get(k)) for k in keys) + " |")
+    stale = {}  # target -> why its figure is not the current course's
     if "verify_wall_s" in report:
         md += [
             "",
             f"The whole `oomlab dev verify`: {report['verify_wall_s']} s for {report['verify_runs']} runs, "
             f"{report['verify_parallel']} at a time.",
         ]
+        verify = _state["report"] or {}
+        if verify.get("runs") and verify["runs"] != report["verify_runs"]:
+            stale["verify_under_30_s"] = f"not timed on this course: {report['verify_runs']} of its {verify['runs']} runs"
+            md[-1] += (
+                f" That was on {str(report.get('verify_created', '?'))[:10]}, when the course had {report['verify_runs']} "
+                f"runs; it has {verify['runs']} now, and the last `oomlab dev verify` ([`{VERIFY_JSON}`]({VERIFY_JSON})) "
+                f"ran them in {verify.get('wall_s', '?')} s, {verify.get('jobs', '?')} at a time."
+            )
     md += class_section(report.get("class"))
+    md += oom_hook_section(report.get("oom_hook"), measured_on(report.get("oom_hook") or {}))
+    md += big_snapshot_section(report.get("big_snapshot"), measured_on(report.get("big_snapshot") or {}))
     md += ["", "| Target | Met |", "|---|---|"]
     md += [
-        f"| {TARGETS.get(name, cell(name))} | {'yes' if met else '**no**'} |" for name, met in report.get("targets", {}).items()
+        f"| {TARGETS.get(name, cell(name))} | {stale.get(name, 'yes' if met else '**no**')} |"
+        for name, met in report.get("targets", {}).items()
     ]
     return md + [""]
 

@@ -1,8 +1,12 @@
-"""The two Markdown helpers every generated page needs: a relative link, and text safe in a table cell."""
+"""The Markdown helpers every generated page needs: a relative link, plain text escaped, a table cell, a fold's body."""
 
 from __future__ import annotations
 
-__all__ = ["cell", "link_from"]
+import re
+
+__all__ = ["cell", "escaped", "indented", "link_from"]
+
+_SPECIAL = re.compile(r"([\\`*_\[\]])")
 
 
 def link_from(page_src_uri: str, target: str) -> str:
@@ -13,3 +17,13 @@ def link_from(page_src_uri: str, target: str) -> str:
 def cell(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def indented(markdown: str) -> list[str]:
+    """Markdown as the lines of a fold's body (indented by four spaces; blank lines stay blank)."""
+    return ["    " + line if line else "" for line in markdown.split("\n")]
+
+
+def escaped(text: str) -> str:
+    """Plain text that Markdown shows as it is: its emphasis, code and link characters escaped, ``<`` as an entity."""
+    return _SPECIAL.sub(r"\\\1", text).replace("<", "&lt;")
