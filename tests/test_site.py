@@ -340,3 +340,20 @@ def test_the_measurements_page_shows_what_the_tools_cost_and_says_which_timings_
     assert ("not timed on this course" in text) != timed_now
     if not timed_now:
         assert f"it has {verify['runs']} now" in text and f"ran them in {verify['wall_s']} s" in text
+
+
+def test_every_exercise_page_folds_what_its_fix_changed_after_the_fix(site, course):
+    from oomlab.site.compare_fold import COMPARE_FOLD
+    from oomlab.site.hooks import FIX_FOLD
+
+    compares = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["compares"]
+    assert sorted(compares) == sorted(ex.id for ex in course.exercises), "oomlab dev figures compares every exercise"
+    for ex in course.exercises:
+        entry, page = compares[ex.id], exercise_page(site, ex.id).read_text(encoding="utf-8")
+        fold = page.index(COMPARE_FOLD)
+        assert page.index(FIX_FOLD) < fold, f"{ex.id}: the comparison gives the fix away, so it comes after it"
+        assert page.rfind("<details", 0, fold) > page.rfind("</details>", 0, fold), f"{ex.id}: the comparison is not folded"
+        assert normalize(entry["headline"]) in text_of(exercise_page(site, ex.id)), ex.id
+        for name in entry["files"]:
+            assert (site / "figures" / name).is_file() and f'src="../figures/{name}"' in page, name
+        assert "/home/" not in json.dumps(entry) and "/tmp/" not in json.dumps(entry), f"{ex.id}: a machine's path"

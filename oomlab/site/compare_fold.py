@@ -63,7 +63,7 @@ def compare_fold(entry: dict | None, ex_id: str, solution: str, page_uri: str, d
             "| Holder | Bug (A) | Fix (B) | Change |",
             "|---|---:|---:|---:|",
             *(
-                f"| {cell(escaped(h['holder']))} | {format_bytes(h['bytes_a'])} | {format_bytes(h['bytes_b'])} "
+                f"| {cell(h['holder'])} | {format_bytes(h['bytes_a'])} | {format_bytes(h['bytes_b'])} "  # its names are `code`
                 f"| {signed_bytes(h['growth'])} |"
                 for h in changed
             ),
