@@ -65,55 +65,67 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
     with warm.fresh_only(), ThreadPoolExecutor(max(1, jobs)) as pool:
         measured = {(ex.id, variant, name): done for (ex, variant, name, _), done in zip(runs, pool.map(run, runs), strict=True)}
     targets = {(ex.id, variant): target for ex, variant, _, target in runs}
-    written = []
+    written: list[Path] = []
     for ex in course.exercises:
-        tool = step(ex.step)
         for variant in ("bug", "fix"):
-            m, result = measured[(ex.id, variant, tool.name)]
+            m, _ = measured[(ex.id, variant, step(ex.step).name)]
             index.setdefault("gpu", m.gpu)
             index.setdefault("torch", m.torch)
-            files = []
-            for picture in presenter(tool.name).draw(result, Path(result["out_dir"])):
-                dest = out / f"{ex.id}-{variant}-{picture.name}"
-                shutil.copyfile(picture, dest)
-                files.append(dest.name)
-                written.append(dest)
-            snapshot = Path(measured[(ex.id, variant, "snapshot")][1]["out_dir"]) / "snapshot.pickle"
-            kept, left_out = None, None
-            if tool.name == "snapshot" and snapshot.is_file():  # readers can open it in PyTorch's own viewer
-                kept, left_out = keep_snapshot(snapshot, out / f"{ex.id}-{variant}-snapshot.pickle")
-                if kept:
-                    written.append(out / kept)
-            index["figures"][f"{ex.id}-{variant}"] = {
-                "exercise": ex.id,
-                "variant": variant,
-                "tool": tool.name,
-                "kind": result.get("kind"),
-                "headline": result.get("headline"),
-                "wall_s": m.wall_s,
-                "files": files,
-                "snapshot": kept,
-                "snapshot_left_out": left_out,
-            }
-        bug, fix = (
-            side_from_run(
-                dataclasses.replace(targets[(ex.id, variant)], label=label),
-                *(measured[(ex.id, variant, name)][1] for name in COMPARED_BY),
-            )
-            for variant, label in (("bug", ex.id), ("fix", f"{ex.id}-fix"))
+            index["figures"][f"{ex.id}-{variant}"] = tool_figures(ex, variant, measured, out, written)
+        index["compares"][ex.id] = comparison(
+            ex, measured, targets, StateDir(course.root).figure_run(ex.id, "compare"), out, written
         )
-        compared = compare_analysis.compare(bug, fix, COMPARE_TOP)
-        folder = StateDir(course.root).figure_run(ex.id, "compare")
-        folder.mkdir(parents=True, exist_ok=True)
-        files = []
-        for picture in compare_present.draw(compared, folder):
-            dest = out / f"{ex.id}-{picture.name}"
-            shutil.copyfile(picture, dest)
-            files.append(dest.name)
-            written.append(dest)
-        index["compares"][ex.id] = {"exercise": ex.id, **for_the_site(compared), "files": files}
     write_atomic(out / "figures.json", json.dumps(index, indent=2) + "\n")
     return [*written, out / "figures.json"]
+
+
+def tool_figures(ex, variant: str, measured: dict, out: Path, written: list[Path]) -> dict:
+    """The exercise's own tool on one side: its pictures (and, for the snapshot, the snapshot itself) copied into ``out``."""
+    tool = step(ex.step)
+    m, result = measured[(ex.id, variant, tool.name)]
+    files = []
+    for picture in presenter(tool.name).draw(result, Path(result["out_dir"])):
+        dest = out / f"{ex.id}-{variant}-{picture.name}"
+        shutil.copyfile(picture, dest)
+        files.append(dest.name)
+        written.append(dest)
+    kept, left_out = None, None
+    snapshot = Path(result["out_dir"]) / "snapshot.pickle"
+    if tool.name == "snapshot" and snapshot.is_file():  # readers can open it in PyTorch's own viewer
+        kept, left_out = keep_snapshot(snapshot, out / f"{ex.id}-{variant}-snapshot.pickle")
+        if kept:
+            written.append(out / kept)
+    return {
+        "exercise": ex.id,
+        "variant": variant,
+        "tool": tool.name,
+        "kind": result.get("kind"),
+        "headline": result.get("headline"),
+        "wall_s": m.wall_s,
+        "files": files,
+        "snapshot": kept,
+        "snapshot_left_out": left_out,
+    }
+
+
+def comparison(ex, measured: dict, targets: dict, folder: Path, out: Path, written: list[Path]) -> dict:
+    """``oomlab compare`` of the exercise's bug (A) and fix (B), from their snapshot and hunt runs; its picture into ``out``."""
+    bug, fix = (
+        side_from_run(
+            dataclasses.replace(targets[(ex.id, variant)], label=label),
+            *(measured[(ex.id, variant, name)][1] for name in COMPARED_BY),
+        )
+        for variant, label in (("bug", ex.id), ("fix", f"{ex.id}-fix"))
+    )
+    compared = compare_analysis.compare(bug, fix, COMPARE_TOP)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for picture in compare_present.draw(compared, folder):
+        dest = out / f"{ex.id}-{picture.name}"
+        shutil.copyfile(picture, dest)
+        files.append(dest.name)
+        written.append(dest)
+    return {"exercise": ex.id, **for_the_site(compared), "files": files}
 
 
 def for_the_site(compared: dict) -> dict:
