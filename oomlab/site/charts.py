@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from html import escape
 
-from oomlab.site.palette import AMBER, GREY, INDIGO, INDIGO_LIGHT, PURPLE, RED, TEAL
+from oomlab.site.palette import AMBER, BROWN, GREY, INDIGO, INDIGO_LIGHT, PURPLE, RED, TEAL
 from oomlab.units import format_bytes
 
 __all__ = ["peaks_chart", "stacked_bars", "uptime_chart"]
@@ -94,7 +94,7 @@ def _legend(entries: list[tuple[str, str]], y: float) -> tuple[list[str], float]
     return parts, 16 * ((len(entries) + 1) // 2) + 4
 
 
-STACK_COLORS = [INDIGO, INDIGO_LIGHT, TEAL, AMBER, GREY, PURPLE]  # red is kept for budgets and OOMs
+STACK_COLORS = [INDIGO, INDIGO_LIGHT, TEAL, AMBER, GREY, PURPLE, BROWN]  # red is kept for budgets and OOMs
 
 
 def stacked_bars(rows: list[tuple[str, list[tuple[str, int]]]], what: str) -> str:

@@ -32,7 +32,7 @@ PARTS = {
 }
 REST = {
     "saved_for_backward_bytes": "saved for backward",
-    "backward_working_set_bytes": "saved for backward",  # at the peak: what is left of it, plus backward's temporaries
+    "backward_working_set_bytes": "backward's working set",  # at its peak: the saved tensors still waiting, and backward's temporaries
     "optimizer_temporaries_bytes": "temporaries",
 }
 REMEDIES = {

@@ -9,3 +9,4 @@ AMBER = "#ef6c00"  # a warning: what the restart policy said
 TEAL = "#00897b"
 PURPLE = "#7e57c2"
 GREY = "#9e9e9e"
+BROWN = "#8d6e63"
