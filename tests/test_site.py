@@ -100,6 +100,7 @@ FOLD = re.compile(
 
 @pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
 def test_exercise_page_shows_the_reference_fix_only_in_its_closed_fold(site, course, ex_id):
+    from oomlab.site.compare_fold import COMPARE_FOLD
     from oomlab.site.hooks import FIX_FOLD
 
     ex = course.get(ex_id)
@@ -109,7 +110,15 @@ def test_exercise_page_shows_the_reference_fix_only_in_its_closed_fold(site, cou
     folds = [m for m in FOLD.finditer(raw) if html.unescape(m["title"]).strip() == FIX_FOLD]
     assert len(folds) == 1 and not folds[0]["open"], f"the page of {ex.id} has no closed fold '{FIX_FOLD}'"
     inside = normalize(html.unescape(re.sub(r"<[^>]+>", "", folds[0]["body"])))
-    outside = normalize(html.unescape(re.sub(r"<[^>]+>", "", raw[: folds[0].start()] + raw[folds[0].end() :])))
+    # What the fix changed, measured, quotes the fix's lines too: in a closed fold of its own, after the fix.
+    compared = [m for m in FOLD.finditer(raw) if html.unescape(m["title"]).strip() == COMPARE_FOLD]
+    assert all(not m["open"] and m.start() > folds[0].start() for m in compared), f"{ex.id}: the comparison is not closed"
+    hidden = sorted([folds[0], *compared], key=lambda m: m.start())
+    kept, last = [], 0
+    for m in hidden:
+        kept.append(raw[last : m.start()])
+        last = m.end()
+    outside = normalize(html.unescape(re.sub(r"<[^>]+>", "", "".join(kept) + raw[last:])))
     buggy = {normalize(line) for line in ex.learner_path.read_text(encoding="utf-8").splitlines()}
     fixed = {normalize(line) for line in ex.solution_path.read_text(encoding="utf-8").splitlines()}
     added = [line for line in fixed - buggy if len(line) >= 16]
