@@ -670,6 +670,29 @@ def test_what_no_object_refers_to_stays_unexplained_with_its_reason():
         ctypes.pythonapi.Py_DecRef(ctypes.py_object(listed))
 
 
+def test_a_storage_that_two_unnamed_owners_keep_is_unexplained_once(monkeypatch):
+    """A tensor and a view of it, each kept by a container no name reaches (as C++ would keep them)."""
+
+    def hide():
+        base = torch.ones(1000)
+        owners = ([base], {"view": base[:500]})
+        for owner in owners:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
+        return hunt_walk._storage_key(base)[0], [id(owner) for owner in owners]
+
+    key, owner_ids = hide()
+    every = hunt_walk._Walk.unreached
+    monkeypatch.setattr(hunt_walk._Walk, "unreached", lambda self: {k: g for k, g in every(self).items() if k == key})
+    try:
+        report = {}
+        hunt_walk.find_holders({}, device_type="cpu", cycles=False, report=report)
+        assert report["back_search"]["targets"] == 1 and report["back_search"]["explained"] == 0
+        assert [r["storages"] for r in report["unexplained"]] == [1] and report["unexplained"][0]["bytes"] == 4000
+    finally:
+        for oid in owner_ids:
+            ctypes.pythonapi.Py_DecRef(ctypes.cast(oid, ctypes.py_object))
+
+
 def test_the_back_search_stops_at_its_bounds():
     deep = torch.ones(10)
     for _ in range(6):

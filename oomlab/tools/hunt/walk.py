@@ -679,15 +679,17 @@ def _search_back(walk: _Walk, ignore: set) -> _BackSearch | None:
         walk.push(target, above, hops[-1][1], root, 1, None)
     walk.run()
     unexplained: dict[str, list] = {}
+    counted: set = set()  # a storage is unexplained once, under the first owner met, however many tensors view it
     for target, owner in found.unexplained:
         key, nbytes = _storage_key(target) if isinstance(target, walk.torch.Tensor) else _storage_object_key(target)
-        if key in walk.claims or key in unexplained.get(owner, ((), 0))[0]:
+        if key in walk.claims or key in counted:
             continue  # claimed after all (another object of the same storage, or a graph the walk then followed)
+        counted.add(key)
         keys, total = unexplained.get(owner, (set(), 0))
         unexplained[owner] = (keys | {key}, total + nbytes)
     stats = {
         "targets": len(groups),
-        "explained": len(groups) - sum(len(keys) for keys, _ in unexplained.values()),
+        "explained": len(groups) - len(counted),
         "levels": found.levels,
         "objects": found.nodes,
         "stopped": found.truncated,
