@@ -112,3 +112,69 @@ def test_an_exercise_without_a_comparison_gets_no_fold():
     from oomlab.site.compare_fold import compare_fold
 
     assert compare_fold(None, "ex", "solutions/ex/train.py", "exercises/ex.md", "?") == []
+
+
+# --------------------------------------------------------------------------- the whole command, with runs faked
+
+
+def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(course_copy, tmp_path, monkeypatch):
+    """`oomlab dev figures` end to end where a GPU would run the tools: every run asked for, every file listed."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from oomlab.course import Course
+    from oomlab.site import figures
+    from oomlab.units import MIB
+
+    runs = []
+
+    def run_tool(target, name, out_dir, options):
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        side = "fix" if "solutions" in str(target.script) else "bug"
+        runs.append((target.label, side, name, options))
+        live = (100 if side == "fix" else 900) * MIB
+        result = {"tool": name, "kind": f"{name}-{side}", "headline": f"{name} on the {side}", "out_dir": str(out_dir)}
+        result["run"] = {"status": "ok" if side == "fix" else "oom", "where": "train.py:31"}
+        if name == "snapshot":
+            owners = [{"site": "train.py:31", "file": "train.py", "line": 31, "function": "<module>", "code": "keep.append(x)",
+                       "bytes": live, "blocks": 3}]  # fmt: skip
+            result.update(totals={"allocated": live, "reserved": 2 * live, "non_releasable": 0, "segments": 3}, owners=owners)
+        if name == "hunt":
+            result["holders"] = [{"name": "global 'keep' (train.py:12)", "what": "list `keep` (global)", "bytes": live}]
+        return SimpleNamespace(gpu="NVIDIA H200", torch="2.11", wall_s=1.0), result
+
+    class Pictures:
+        def __init__(self, name):
+            self.name = name
+
+        def draw(self, result, out_dir):
+            picture = Path(out_dir) / f"{self.name}.png"
+            picture.write_bytes(b"png")
+            return [picture]
+
+    monkeypatch.setattr(figures, "run_tool", run_tool)
+    monkeypatch.setattr(figures, "presenter", Pictures)
+    course = Course(course_copy)
+    out = tmp_path / "figures"
+    written = figures.regenerate(course, out, jobs=4)
+
+    index = json.loads((out / "figures.json").read_text())
+    assert set(index["figures"]) == {f"{ex.id}-{v}" for ex in course.exercises for v in ("bug", "fix")}
+    assert set(index["compares"]) == {ex.id for ex in course.exercises}
+    for ex in course.exercises:
+        wanted = {ex.step, "snapshot", "hunt"}
+        for side in ("bug", "fix"):
+            asked = {name: options for label, s, name, options in runs if label == ex.id and s == side}
+            assert set(asked) == wanted, (ex.id, side, asked)  # the exercise's own tool once, even when it is one of the two
+            assert asked[ex.step] == figures.step(ex.step).figure_options
+            figure = index["figures"][f"{ex.id}-{side}"]
+            assert figure["tool"] == ex.step and figure["headline"] == f"{ex.step} on the {side}"
+            assert figure["files"] == [f"{ex.id}-{side}-{ex.step}.png"] and (out / figure["files"][0]).is_file()
+        compared = index["compares"][ex.id]
+        assert compared["kind"] == "shrank" and compared["shrunk"][0]["growth"] == -800 * MIB
+        assert compared["sides"]["b"]["ended"] == "finished" and compared["holders"][0]["growth"] == -800 * MIB
+        assert compared["files"] == [f"{ex.id}-compare.png"] and (out / f"{ex.id}-compare.png").is_file()
+    assert set(written) == {*(p for p in out.iterdir())}, "every file written is returned, figures.json last"
+    assert str(tmp_path) not in (out / "figures.json").read_text()
