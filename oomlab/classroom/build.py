@@ -98,6 +98,10 @@ if os.name == "posix":
 # time on a GPU, the reference fix as well; each process takes up to {START_S} s more to start.
 c.Execute.timeout = {timeout}
 c.Execute.interrupt_on_timeout = True
+# Once every cell has run, the kernel is stopped at once. Asked to shut down gracefully, an ipykernel before
+# ipython/ipykernel#1518 may publish its last status on a socket that is closing, and print that race's
+# traceback to the instructor's terminal; the kernel keeps nothing that the grades need.
+c.Execute.shutdown_kernel = "immediate"
 
 # Only the exercise cell's script is graded, in a process of its own (oomlab/classroom/preprocessors.py):
 # after nbgrader restores the locked cells' sources, a locked or graded cell deleted from a submission is
