@@ -746,7 +746,7 @@ def _aggregate(walk: _Walk, since: int | None) -> list[dict]:
                 "saved_tensors": 0,
                 "graph_ids": set(),
                 "step_graph_bytes": 0,
-                "largest": (0, None),
+                "own": [],  # (bytes, id) of each tensor that is not state, in the walk's order
                 "largest_state": (0, None),
             },
         )
@@ -769,12 +769,13 @@ def _aggregate(walk: _Walk, since: int | None) -> list[dict]:
                 number = sequence_of[node]
                 if number is not None and number >= since:
                     row["step_graph_bytes"] += nbytes  # saved by a node this step made
-        row["largest"] = max(row["largest"], (nbytes, tid), key=lambda x: x[0])
-        row.setdefault("own", []).append((nbytes, tid))
+        row["own"].append((nbytes, tid))
     holders = []
     for root, row in rows.items():
-        largest_bytes, tid = row["largest"] if row["largest"][1] is not None else row["largest_state"]
-        tid = _on_the_heaviest_branch(walk, row.get("own", []), largest_bytes) or tid
+        # The first of the largest, in the walk's order; state only where the holder holds no byte of its own.
+        largest = max(row["own"], key=lambda x: x[0], default=(0, None))
+        largest_bytes, tid = largest if largest[0] else row["largest_state"]
+        tid = _on_the_heaviest_branch(walk, row["own"], largest_bytes) or tid
         only_state = row["state_bytes"] == row["bytes"]
         holders.append(
             {
