@@ -1,7 +1,8 @@
 """The graders: one per exercise, derived from its ``exercise.toml``.
 
-``pytest graders`` grades your files in ``exercises/``. ``pytest graders --solutions``
-checks the course itself with the same truth check as ``oomlab dev verify``: the
+``pytest graders`` grades your files in ``exercises/`` with the course's own manifests: an
+edited ``exercise.toml`` changes nothing. ``pytest graders --solutions`` checks the course
+itself, as its folder has it, with the same truth check as ``oomlab dev verify``: the
 reference fix passes and repeats its figures, every accepted alternative fix
 passes, and the seeded bug, every tempting wrong fix and every generic cheat
 fails with the check that must catch it.
@@ -9,17 +10,36 @@ fails with the check that must catch it.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from oomlab.course import Course
-from oomlab.course.originals import shipped_source
+from oomlab.course.originals import manifest_note, shipped_source
 from oomlab.grading.truth import explain, run_all, variants
 from oomlab.grading.verdict import grade
 
-COURSE = Course(Path(__file__).resolve().parent.parent)
-VARIANTS = [v for ex in COURSE.exercises for v in variants(ex)]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def course(solutions: bool) -> Course:
+    """The course this run reads.
+
+    Your files are graded with its shipped manifests, whatever yours say; ``--solutions``
+    checks the course itself, whose manifests are the files in its folder.
+    """
+    return Course(ROOT, working_tree=solutions)
+
+
+def pytest_generate_tests(metafunc):
+    """Each test once per exercise (``ex``) or per run of the truth check (``variant``), of the course this run reads."""
+    exercises = course(metafunc.config.getoption("--solutions")).exercises
+    if "ex" in metafunc.fixturenames:
+        metafunc.parametrize("ex", exercises, ids=lambda e: e.id)
+    if "variant" in metafunc.fixturenames:
+        metafunc.parametrize("variant", [v for ex in exercises for v in variants(ex)], ids=lambda v: v.id)
 
 
 @pytest.fixture(scope="session")
@@ -40,19 +60,18 @@ def course_runs(request):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ex", COURSE.exercises, ids=lambda e: e.id)
 def test_your_fix_passes(ex, request):
     if request.config.getoption("--solutions"):
         pytest.skip("grades your files: run without --solutions")
     report = grade(ex, ex.learner_path)
     assert report.passed, "\n".join(
-        [f"{report.measurement.status}: {report.measurement.message} {report.measurement.where}".strip()]
+        ([f"Note: {note}"] if (note := manifest_note(ex)) else [])
+        + [f"{report.measurement.status}: {report.measurement.message} {report.measurement.where}".strip()]
         + [f"{'PASS' if c.passed else 'FAIL'} {c.name}: {c.measured} (required {c.threshold}) {c.detail}" for c in report.checks]
     )
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.id)
 def test_the_course_behaves_as_its_manifest_says(variant, course_runs):
     row, report = course_runs[variant.id]
     assert row["as_expected"], explain(row, report)
@@ -61,7 +80,6 @@ def test_the_course_behaves_as_its_manifest_says(variant, course_runs):
 # A check of the course that needs no GPU: every exercise is well formed, and its variants are real edits.
 # It grades nothing of yours, so it runs only with --solutions: without a GPU, `pytest graders` reports
 # every grader as skipped, never as passed.
-@pytest.mark.parametrize("ex", COURSE.exercises, ids=lambda e: e.id)
 def test_exercise_is_well_formed(ex, request):
     if not request.config.getoption("--solutions"):
         pytest.skip("a check of the course itself: run with --solutions")

@@ -28,7 +28,7 @@ def test_calibrating_measures_each_run_as_grading_does_under_the_ceiling(course_
         return harness.Measurement(script=str(script), status="ok", stats={"peak_reserved": 100 * MIB})
 
     monkeypatch.setattr(harness, "measure", measure)
-    ex = Course(course_copy).get("allocator-settings")  # its fixes set the allocator themselves
+    ex = Course(course_copy, working_tree=True).get("allocator-settings")  # its fixes set the allocator themselves
     ceiling = 12 << 30
     [row] = calibrate([ex], ceiling, jobs=1)
     assert row["proposed_budget_bytes"] == proposed_budget([100 * MIB])

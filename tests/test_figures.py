@@ -156,7 +156,7 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
 
     monkeypatch.setattr(figures, "run_tool", run_tool)
     monkeypatch.setattr(figures, "presenter", Pictures)
-    course = Course(course_copy)
+    course = Course(course_copy, working_tree=True)
     out = tmp_path / "figures"
     written = figures.regenerate(course, out, jobs=4)
 

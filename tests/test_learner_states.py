@@ -38,7 +38,7 @@ COMMANDS = {
     "check": ["check", ID],
     "doctor": ["doctor"],
 }
-STATES = ("edited", "deleted", "unreadable", "syntax-error", "damaged-state")
+STATES = ("edited", "deleted", "unreadable", "syntax-error", "damaged-state", "manifest-broken")
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -65,6 +65,8 @@ def apply_state(root: Path, state: str, original: bytes) -> None:
     elif state == "syntax-error":
         assert original.count(b"losses = []") == 1
         path.write_bytes(original.replace(b"losses = []", b"losses = [", 1))
+    elif state == "manifest-broken":  # the learner's copy; the course's own grades
+        path.with_name("exercise.toml").write_bytes(b"budget_bytes = = 1\n")
 
 
 def exercise_files(root: Path) -> dict[str, object]:
@@ -164,6 +166,8 @@ def test_the_states_are_what_they_say(outcomes):
     assert b"losses = []" not in outcomes[("syntax-error", "list")].before[learner]
     assert "Syntax error" in outcomes[("syntax-error", "run")].out
     assert "was damaged" in outcomes[("damaged-state", "list")].out
+    assert f"Hint 1 of 3 for {ID}" in outcomes[("manifest-broken", "hint")].out  # it blocks nothing
+    assert f"exercises/{ID}/exercise.toml differs from the course's own" in outcomes[("manifest-broken", "run")].out
 
 
 # --- the unreadable file, simulated in-process (root reads a chmod 000 file anyway) ------------------------

@@ -1,8 +1,10 @@
-"""Broken manifests: each problem is one OomLabError that names the file and what is wrong."""
+"""Manifests: each problem is one OomLabError that names the file and what is wrong; the learner's copy never grades."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ import pytest
 from oomlab.course import Course
 from oomlab.course.manifest import STEP_NAMES
 from oomlab.course.modules import MODULES
+from oomlab.course.shipped import init_course
+from oomlab.course.state import StateDir
 from oomlab.errors import OomLabError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,12 +34,12 @@ def edit(root: Path, ex_id: str, find: str, replace: str) -> Path:
 
 def load_error(root: Path) -> str:
     with pytest.raises(OomLabError) as err:
-        Course(root)
+        Course(root, working_tree=True)  # the manifests as edited: a learner's command would grade with the originals
     return str(err.value)
 
 
 def test_the_copy_loads(course_copy):
-    course = Course(course_copy)
+    course = Course(course_copy, working_tree=True)
     ids = [e.id for e in course.exercises]
     assert ids.index("feature-cache") < ids.index("eval-graphs") < ids.index("one-hot-peak")
     # Module by module, in the modules' order, then by order within the course.
@@ -119,7 +123,7 @@ def test_alternatives_load_as_fixes_that_must_pass(course_copy):
         'replace = "losses.append(F.cross_entropy(model(x), y).item())"\n'
     )
     path.write_text(path.read_text(encoding="utf-8") + alternative, encoding="utf-8")
-    ex = Course(course_copy).get("eval-graphs")
+    ex = Course(course_copy, working_tree=True).get("eval-graphs")
     assert [a.name for a in ex.alternatives][-1] == "item-not-tensor" and ex.alternatives[-1].expect == ""
     path.write_text(path.read_text(encoding="utf-8") + alternative, encoding="utf-8")
     assert "share a name" in load_error(course_copy)
@@ -166,7 +170,7 @@ def test_wrong_fix_whose_edit_is_not_in_the_script(course_copy):
         'find = "batch_size, steps, eval_every, eval_batches = 4096, 30, 10, 8"',
         'find = "batch_size = 4096"',
     )
-    ex = Course(course_copy).get("eval-graphs")
+    ex = Course(course_copy, working_tree=True).get("eval-graphs")
     fix = next(f for f in ex.wrong_fixes if f.name == "fewer-eval-batches")
     source = ex.learner_path.read_text(encoding="utf-8")
     with pytest.raises(OomLabError) as err:
@@ -203,7 +207,7 @@ def test_missing_manifest(course_copy):
 
 @pytest.fixture(scope="module")
 def course() -> Course:
-    return Course(REPO)
+    return Course(REPO, working_tree=True)
 
 
 def test_get_by_id(course):
@@ -216,7 +220,7 @@ def test_get_by_number_follows_the_teaching_order(course):
     assert course.get("1").order < course.get("2").order < course.get("3").order
 
 
-@pytest.mark.parametrize("key", ["0", str(len(Course(REPO).exercises) + 1), ""])
+@pytest.mark.parametrize("key", ["0", str(len(Course(REPO, working_tree=True).exercises) + 1), ""])
 def test_get_out_of_range(course, key):
     with pytest.raises(OomLabError) as err:
         course.get(key)
@@ -241,9 +245,9 @@ def test_unknown_id_without_a_close_match(course):
 
 
 def test_a_broken_manifest_blocks_only_its_own_exercise(course_copy):
-    every = [e.id for e in Course(course_copy).exercises]
+    every = [e.id for e in Course(course_copy, working_tree=True).exercises]
     path = edit(course_copy, "eval-graphs", "order = 6\n", "order = = 6\n")
-    course = Course(course_copy, strict=False)
+    course = Course(course_copy, strict=False, working_tree=True)
     assert [e.id for e in course.exercises] == [e for e in every if e != "eval-graphs"]
     assert list(course.broken) == ["eval-graphs"]
     assert course.problem("eval-graphs").startswith("exercises/eval-graphs/exercise.toml is not valid TOML")
@@ -278,3 +282,195 @@ def test_an_exercise_number_that_is_not_a_small_ascii_number_is_just_unknown(cou
     for key in ("9" * 5000, "²", "-1"):
         with pytest.raises(OomLabError, match="There is no exercise"):
             course.get(key)
+
+
+# --- the learner's manifest never grades -----------------------------------------------------
+# A learner's commands (and `pytest graders`) load each exercise from the course's own manifest,
+# kept under .oomlab/originals/ (or the package's); `Course(working_tree=True)` reads the folder's
+# own, as the maintainer's tools do.
+
+ID = "feature-cache"
+# Each edit a learner might make to pass more easily, and what it would change in the exercise.
+LEARNER_EDITS = {
+    "budget": ("budget_bytes = 1_207_959_552", "budget_bytes = 8_589_934_592", lambda ex: ex.budget_bytes),
+    "tolerance": ("tolerance = 0.5", "tolerance = 100.0", lambda ex: ex.checks),
+    "deleted-check": ("[checks.retries]\nmax = 0\n", "", lambda ex: ex.checks),
+    "file": ('file = "train.py"', 'file = "mine.py"', lambda ex: (ex.file, ex.learner_path, ex.solution_path)),
+}
+
+
+@pytest.fixture
+def learner_course(tmp_path, monkeypatch) -> Path:
+    """A course folder made by `oomlab init`, as a learner has it."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.resolve()))
+    monkeypatch.delenv("OOMLAB_ROOT", raising=False)
+    root = tmp_path / "my-course"
+    init_course(root)
+    return root.resolve()
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_init_keeps_every_manifest_as_shipped(learner_course):
+    for ex in Course(learner_course).exercises:
+        kept = StateDir(learner_course).original(ex.id, "exercise.toml")
+        assert ex.manifest_path == kept and not ex.manifest_edited
+        assert kept.read_bytes() == (REPO / "exercises" / ex.id / "exercise.toml").read_bytes()
+
+
+@pytest.mark.parametrize("what", list(LEARNER_EDITS))
+def test_an_edited_manifest_changes_nothing_in_a_learners_folder(learner_course, what):
+    find, replace, seen = LEARNER_EDITS[what]
+    shipped = seen(Course(learner_course).get(ID))
+    edit(learner_course, ID, find, replace)
+    ex = Course(learner_course).get(ID)
+    assert seen(ex) == shipped and ex.manifest_edited
+    assert ex.manifest_path == StateDir(learner_course).original(ID, "exercise.toml")
+    # The edit is real: read as the folder has it, the exercise does change.
+    assert seen(Course(learner_course, working_tree=True).get(ID)) != shipped
+
+
+def test_without_its_state_folder_a_learners_folder_grades_with_the_packages_manifest(learner_course):
+    shutil.rmtree(learner_course / ".oomlab")
+    find, replace, seen = LEARNER_EDITS["budget"]
+    edit(learner_course, ID, find, replace)
+    ex = Course(learner_course).get(ID)
+    package = Course(REPO, working_tree=True).get(ID)
+    assert ex.manifest_path == package.manifest_path and seen(ex) == seen(package) and ex.manifest_edited
+
+
+def test_a_learners_manifest_that_no_longer_loads_blocks_nothing(learner_course):
+    mine = manifest(learner_course, ID)
+    mine.write_text(mine.read_text(encoding="utf-8").replace("order = ", "order = = ", 1), encoding="utf-8")
+    course = Course(learner_course, strict=False)
+    assert course.broken == {} and course.get(ID).manifest_edited
+    assert course.get(ID).checks == Course(REPO, working_tree=True).get(ID).checks
+    assert list(Course(learner_course, strict=False, working_tree=True).broken) == [ID]  # it is broken indeed
+    mine.unlink()  # a deleted manifest, too
+    assert Course(learner_course).get(ID).manifest_edited
+
+
+def test_an_unedited_manifest_is_not_called_edited(learner_course):
+    mine = manifest(learner_course, ID)
+    mine.write_bytes(mine.read_bytes().replace(b"\n", b"\r\n"))  # a checkout's line endings are no edit
+    assert not any(ex.manifest_edited for ex in Course(learner_course).exercises)
+
+
+@pytest.fixture
+def checkout(course_copy) -> Path:
+    """The course's source as a git checkout, committed, never run yet."""
+    git(course_copy, "init", "-q")
+    git(course_copy, "add", "-A")
+    git(course_copy, "commit", "-q", "-m", "course")
+    return course_copy
+
+
+def test_in_a_checkout_an_edit_made_before_the_first_command_is_not_taken(checkout):
+    find, replace, seen = LEARNER_EDITS["budget"]
+    committed = manifest(checkout, ID).read_text(encoding="utf-8")
+    shipped = seen(Course(checkout, working_tree=True).get(ID))  # reads the folder: keeps nothing
+    assert not (checkout / ".oomlab").exists()
+    edit(checkout, ID, find, replace)
+    ex = Course(checkout).get(ID)  # the first sight: git's committed manifest is kept
+    assert seen(ex) == shipped and ex.manifest_edited
+    assert ex.manifest_path.read_text(encoding="utf-8") == committed
+    git(checkout, "commit", "-q", "-am", "my budget")  # committed later, the edit is still not the original
+    assert seen(Course(checkout).get(ID)) == shipped
+    # The maintainer's tools read the folder as it is.
+    ex = Course(checkout, working_tree=True).get(ID)
+    assert seen(ex) != shipped and ex.manifest_path == manifest(checkout, ID) and not ex.manifest_edited
+
+
+def test_in_a_source_without_git_the_manifest_is_kept_once_it_loads(course_copy):
+    find, replace, seen = LEARNER_EDITS["budget"]
+    mine = manifest(course_copy, ID)
+    good = mine.read_text(encoding="utf-8")
+    mine.write_text(good.replace("order = ", "order = = ", 1), encoding="utf-8")
+    course = Course(course_copy, strict=False)  # broken at first sight: named as the learner's, and not kept
+    assert course.problem(ID).startswith(f"exercises/{ID}/exercise.toml is not valid TOML")
+    mine.write_text(good, encoding="utf-8")
+    shipped = seen(Course(course_copy).get(ID))  # fixed: now it is seen, and kept
+    edit(course_copy, ID, find, replace)
+    ex = Course(course_copy).get(ID)
+    assert seen(ex) == shipped and ex.manifest_edited
+    assert ex.manifest_path.read_text(encoding="utf-8") == good
+
+
+def test_a_damaged_kept_manifest_says_how_to_get_it_back(learner_course):
+    kept = StateDir(learner_course).original(ID, "exercise.toml")
+    kept.write_text("id = = 1\n", encoding="utf-8")
+    problem = Course(learner_course, strict=False).broken[ID]
+    assert f"{kept} is not valid TOML" in problem.what and "delete it" in problem.todo
+    kept.unlink()  # oomlab init's folder: the package's copy takes its place
+    assert Course(learner_course).get(ID).manifest_path == Course(REPO, working_tree=True).get(ID).manifest_path
+
+
+@pytest.fixture
+def faked_runs(learner_course, monkeypatch):
+    """`oomlab check` and `run` in this process, the measuring faked: each run records the exercise and script it got.
+
+    The learner's run strands twice the non-releasable memory the shipped tolerance allows, and
+    retries once more than the shipped maximum: it fails both checks as shipped, and would pass
+    with the tolerance of LEARNER_EDITS and without the retries check.
+    """
+    from oomlab.cli import learner
+    from oomlab.grading import verdict
+    from oomlab.measure.harness import Measurement
+    from oomlab.units import MIB
+
+    checks = Course(learner_course, working_tree=True).get(ID).checks  # as shipped: nothing is edited yet
+    base = 100 * MIB
+    inactive = checks["inactive_split_peak"]
+    allowed = max(base * (1 + inactive["tolerance"]), base + inactive.get("slack_mib", 0) * MIB)
+    runs = []
+
+    def measurement(ex, script, inactive, retries) -> Measurement:
+        stats = {"peak_allocated": 500 * MIB, "peak_reserved": 600 * MIB, "inactive_split_peak": inactive, "retries": retries}
+        return Measurement(script=str(script), status="ok", stats=stats, workload={}, budget_bytes=ex.budget_bytes)
+
+    def measure(ex, script, **kwargs):
+        runs.append((ex, Path(script)))
+        return measurement(ex, script, int(2 * allowed), checks["retries"]["max"] + 1)
+
+    monkeypatch.setattr(verdict, "measure_exercise_file", measure)
+    monkeypatch.setattr(learner, "measure_exercise_file", measure)
+    monkeypatch.setattr(verdict, "reference_for", lambda ex, gpu, torch: measurement(ex, ex.solution_path, base, 0))
+    monkeypatch.chdir(learner_course)
+    monkeypatch.setenv("COLUMNS", "200")
+    return runs
+
+
+def oomlab_here(capsys, *args: str) -> tuple[int, str]:
+    from oomlab.cli import main
+
+    try:
+        main(list(args))
+        rc = 0
+    except SystemExit as done:
+        rc = done.code or 0
+    captured = capsys.readouterr()
+    return rc, " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩╇┳┻╋┣┫┯┷┼]+", " ", captured.out + captured.err).split())
+
+
+def test_check_grades_with_the_shipped_manifest_and_names_the_edited_one(learner_course, faked_runs, capsys):
+    shipped = Course(learner_course).get(ID)
+    note = f"exercises/{ID}/exercise.toml differs from the course's own"
+    rc, out = oomlab_here(capsys, "check", ID)
+    assert rc == 1 and note not in out, out  # nothing edited: nothing to say
+    for find, replace, _ in LEARNER_EDITS.values():  # every edit at once: a bigger budget, no retries check, ...
+        edit(learner_course, ID, find, replace)
+    (learner_course / "exercises" / ID / "mine.py").write_text("print('fits')\n", encoding="utf-8")
+    rc, out = oomlab_here(capsys, "check", ID)
+    ex, script = faked_runs[-1]
+    assert (ex.budget_bytes, ex.checks, script) == (shipped.budget_bytes, shipped.checks, shipped.learner_path)
+    assert rc == 1 and "✗ inactive_split_peak" in out and "✗ retries" in out, out
+    assert f"Note: {note} (.oomlab/originals/{ID}/exercise.toml), which was used" in out, out
+    rc, out = oomlab_here(capsys, "run", ID)
+    assert faked_runs[-1][1] == shipped.learner_path and f"Note: {note}" in out, out

@@ -48,7 +48,7 @@ def site(built_site) -> Path:
 
 @pytest.fixture(scope="module")
 def course() -> Course:
-    return Course(ROOT)
+    return Course(ROOT, working_tree=True)
 
 
 def exercise_page(site: Path, ex_id: str) -> Path:
@@ -67,7 +67,7 @@ def test_exercise_pages_are_in_the_navigation(site, course):
         assert f'href="exercises/{ex.id}.html"' in home, f"{ex.id} is not in the navigation"
 
 
-@pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
+@pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT, working_tree=True).exercises])
 def test_exercise_page_comes_from_its_manifest(site, course, ex_id):
     ex = course.get(ex_id)
     text = text_of(exercise_page(site, ex.id))
@@ -98,7 +98,7 @@ FOLD = re.compile(
 )
 
 
-@pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT).exercises])
+@pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT, working_tree=True).exercises])
 def test_exercise_page_shows_the_reference_fix_only_in_its_closed_fold(site, course, ex_id):
     from oomlab.site.compare_fold import COMPARE_FOLD
     from oomlab.site.hooks import FIX_FOLD

@@ -23,7 +23,7 @@ STATS = {"peak_allocated": 100, "peak_reserved": 120, "inactive_split_peak": 10,
 
 @pytest.fixture
 def course(course_copy) -> Course:
-    return Course(course_copy)
+    return Course(course_copy, working_tree=True)
 
 
 def test_every_exercise_is_tried_with_its_fix_bug_wrong_fixes_and_every_cheat(course):

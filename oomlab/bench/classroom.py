@@ -37,7 +37,7 @@ def variants(ex) -> list[tuple[str, str, bool]]:
 
 def make_class(root: Path, assignment: str, students: int) -> dict[tuple[str, str], tuple[str, bool]]:
     """Write ``students`` submissions of ``assignment`` under ``submitted/``; (student, exercise) -> (variant, is a fix)."""
-    course = Course(root / PINNED)
+    course = Course(root / PINNED, working_tree=True)  # the instructor's pinned copy grades as it is
     made = {}
     for ex in assignments(course)[assignment]:
         release = json.loads((root / "release" / assignment / f"{ex.id}.ipynb").read_text(encoding="utf-8"))
@@ -75,7 +75,7 @@ def bench_class(folder: Path, assignment: str, students: int) -> dict:
     if done.returncode not in (0, 1):
         raise OomLabError(f"oomlab nbgrader autograde failed: {(done.stdout + done.stderr)[-800:]}", "Run it by hand to see why.")
     report = json.loads((root / "reports" / f"{assignment}.json").read_text(encoding="utf-8"))
-    course = Course(root / PINNED)
+    course = Course(root / PINNED, working_tree=True)  # the instructor's pinned copy grades as it is
     wrong = []
     for row in report["rows"]:
         variant, fix = made[(row["student"], row["notebook"])]

@@ -318,7 +318,7 @@ def grade_class(
 ) -> ClassReport:
     """Grade every collected submission of ``assignment`` (or those of ``students``); see the module's docstring."""
     root = _course_folder()
-    course = Course(root / PINNED)
+    course = Course(root / PINNED, working_tree=True)  # the instructor's pinned copy: its manifests are the ones
     subs = _submissions(root, course, assignment, list(students or []))
     if not subs:
         raise OomLabError(

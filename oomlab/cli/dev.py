@@ -6,6 +6,9 @@
 - ``figures``: ``course/figures/``, the tools' pictures;
 - ``facts``: ``course/measurements/facts.json``, the probes in ``course/probes/`` (see :mod:`oomlab.site.facts`);
 - ``calibrate``: an exercise's runs under a generous ceiling, to size its budget (writes nothing committed).
+
+Each reads the manifests as the working tree has them (``Course(working_tree=True)``), not the
+copies kept for learners: here they are the source of truth, and edited on purpose.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def verify(
     from oomlab.grading.truth import all_runs
     from oomlab.grading.truth import verify as verify_course
 
-    course = Course()
+    course = Course(working_tree=True)
     jobs = jobs or auto_jobs(course)
     with console.status(f"Verifying, {jobs} runs at a time…") as status:
         report = verify_course(course.exercises, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
@@ -116,7 +119,7 @@ def calibrate(
     from oomlab.measure.machine import parallel_runs
     from oomlab.units import parse_size
 
-    course = Course()
+    course = Course(working_tree=True)
     chosen = [course.get(e) for e in exercises] if exercises else course.exercises
     cap = parse_size(ceiling)
     jobs = jobs or parallel_runs([cap])
@@ -170,7 +173,7 @@ def equivalence(
     """Every run of the course twice, fresh and forked from a warm server: the table that shows they measure the same."""
     from oomlab.grading.equivalence import compare
 
-    course = Course()
+    course = Course(working_tree=True)
     jobs = jobs or auto_jobs(course)
     with console.status("Comparing…") as status:
         report, verified = compare(course.exercises, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
@@ -212,7 +215,7 @@ def figures(
     """Redraw the site's pictures from real runs: each exercise's tool on its seeded bug and on its reference fix."""
     from oomlab.site.figures import regenerate
 
-    course = Course()
+    course = Course(working_tree=True)
     jobs = jobs or auto_jobs(course)
     with console.status(f"Running each exercise's tool, {jobs} at a time…") as status:
         written = regenerate(course, out or course.root / FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs)
@@ -230,7 +233,7 @@ def facts(
     """Run the site's probes on this GPU, each in a fresh process, and write the facts the pages quote."""
     from oomlab.site import facts as site_facts
 
-    course = Course()
+    course = Course(working_tree=True)
     probes = site_facts.find_probes(course.root / site_facts.PROBES_DIR)
     if probe:
         unknown = sorted(set(probe) - {p.name for p in probes})
@@ -281,7 +284,7 @@ def bench(
     from oomlab.bench import bench as run_bench
     from oomlab.bench import merge
 
-    course = Course()
+    course = Course(working_tree=True)
     path = json_path or course.root / SPEED_JSON
     report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     with console.status("Benchmarking…") as status:

@@ -17,7 +17,16 @@ from rich.text import Text
 
 from oomlab import __version__
 from oomlab.cli import app, console
-from oomlab.cli.render import figures_table, notes, oom_panel, print_report, relpath, script_failure, workload_line
+from oomlab.cli.render import (
+    figures_table,
+    notes,
+    oom_panel,
+    print_manifest_note,
+    print_report,
+    relpath,
+    script_failure,
+    workload_line,
+)
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
 from oomlab.course.modules import MODULES
@@ -176,6 +185,7 @@ def run(exercise: str = EXERCISE) -> None:
     course, _ = load()
     ex = course.get(exercise)
     readable(ex)
+    print_manifest_note(console, ex)
     with measuring(ex, "Running"):
         m = measure_exercise_file(ex, ex.learner_path)
     if m.status in MACHINE_PROBLEMS:

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from oomlab.course.manifest import Exercise
+from oomlab.course.originals import manifest_note
 from oomlab.grading.verdict import Report
 from oomlab.measure.harness import Measurement
 from oomlab.oom import first_line
@@ -146,10 +147,17 @@ def checks_table(report: Report) -> Table:
     return table
 
 
+def print_manifest_note(console: Console, ex: Exercise) -> None:
+    """Name the learner's edited ``exercise.toml``, which grades nothing: the course's own was used."""
+    if note := manifest_note(ex):
+        console.print(Text(f"Note: {note}", style="yellow"))
+
+
 def print_report(console: Console, report: Report) -> None:
     m, ex = report.measurement, report.exercise
     if not report.checks:
         console.print(script_failure(m, ex))
+        print_manifest_note(console, ex)
         return
     if m.oom and m.status == "oom":
         console.print(oom_panel(m, ex.root))
@@ -160,5 +168,6 @@ def print_report(console: Console, report: Report) -> None:
             console.print(Text(f"  Why it matters: {c.why}", style="dim"))
     for note in notes(m, ex):
         console.print(Text(f"Note: {note}", style="yellow"))
+    print_manifest_note(console, ex)
     if line := workload_line(m):
         console.print(Text(line, style="dim"))

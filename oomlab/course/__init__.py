@@ -9,13 +9,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from pathlib import Path
 
-from oomlab.course.manifest import Exercise, load_exercise
+from oomlab.course.manifest import MANIFEST, Exercise, load_exercise
 from oomlab.course.modules import MODULES
-from oomlab.course.shipped import shipped_root
+from oomlab.course.originals import differs, keep_manifest, original_manifest
+from oomlab.course.shipped import is_source, shipped_root
 from oomlab.course.state import StateDir, shown
 from oomlab.errors import OomLabError
 
@@ -58,15 +60,26 @@ class Course:
     A folder made by ``oomlab init`` has no ``solutions/``: its exercises are
     graded against the reference fixes shipped in the package.
 
-    Every valid exercise loads; each folder whose ``exercise.toml`` does not is kept in
+    The learner's manifest never grades. By default each exercise is loaded from the
+    course's own ``exercise.toml`` (:func:`~oomlab.course.originals.original_manifest`:
+    kept under ``.oomlab/originals/``, or the package's), so that a raised budget, a
+    loosened tolerance, a deleted check or another ``file`` in the learner's copy changes
+    nothing; :attr:`Exercise.manifest_edited` says that the learner's copy differs, for
+    the report to name. ``working_tree=True`` reads ``exercises/ID/exercise.toml`` itself
+    instead: for the maintainer's tools (``oomlab dev``, the truth check, the site,
+    ``oomlab nbgrader build``, a class's pinned copy), for whom that file is the source of
+    truth, edited on purpose and never kept anywhere else.
+
+    Every valid exercise loads; each folder whose manifest does not is kept in
     :attr:`broken` (folder name -> its manifest's error). ``strict`` (the default, for
     the graders, the site and ``oomlab dev``) raises the first such error; the learner's
     commands pass ``strict=False``, so that one broken manifest blocks only its own exercise.
     """
 
-    def __init__(self, root: Path | None = None, *, strict: bool = True):
+    def __init__(self, root: Path | None = None, *, strict: bool = True, working_tree: bool = False):
         self.root = Path(root or find_root()).resolve()
         self.state = StateDir(self.root)
+        self.working_tree = working_tree
         solutions = self.root / "solutions"
         if not solutions.is_dir() and (shipped := shipped_root()) is not None:
             solutions = shipped / "solutions"
@@ -81,13 +94,31 @@ class Course:
         for folder in folders:
             if folder.is_dir() and not folder.name.startswith((".", "_")):
                 try:
-                    exercises.append(load_exercise(folder / "exercise.toml", self.root, solutions))
+                    exercises.append(self._load(folder, solutions))
                 except OomLabError as err:
                     self.broken[folder.name] = err
         if strict and self.broken:
             raise next(iter(self.broken.values()))
         rank = {m.name: i for i, m in enumerate(MODULES)}
         self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (rank[e.module], e.order, e.id))
+
+    def _load(self, folder: Path, solutions: Path) -> Exercise:
+        """The exercise in ``folder``, from the manifest this course reads (see the class's docstring)."""
+        if self.working_tree:
+            return load_exercise(folder / MANIFEST, self.root, solutions)
+        used = original_manifest(self.root, folder.name)
+        try:
+            ex = load_exercise(used, self.root, solutions)
+        except OomLabError as err:
+            if used != self.state.original(folder.name, MANIFEST):
+                raise
+            raise OomLabError(  # the kept copy itself is damaged: say how to get it back
+                err.what,
+                f"{err.todo} It is the course's own copy that oomlab keeps: delete it, and oomlab keeps it again "
+                f"from {'git, or from your copy where there is none' if is_source(self.root) else 'the package'}.",
+            ) from None
+        keep_manifest(self.root, folder.name)  # a source without git sees it first, and it loads: the original
+        return dataclasses.replace(ex, manifest_edited=used != ex.learner_manifest and differs(ex.learner_manifest, used))
 
     def problem(self, ex_id: str) -> str:
         """What is wrong with the broken exercise ``ex_id``, in one line, paths relative to the course."""

@@ -22,6 +22,7 @@ from oomlab.errors import OomLabError
 from oomlab.steps import STEPS
 from oomlab.units import MIB
 
+MANIFEST = "exercise.toml"  # each exercise folder's manifest
 STEP_NAMES = tuple(s.name for s in STEPS)
 HINTS = 3  # a nudge, which tool to use and what to look at, what to change
 
@@ -81,13 +82,21 @@ class Exercise:
     wrong_fixes: tuple[WrongFix, ...]
     alternatives: tuple[WrongFix, ...]  # other honest fixes, each verified to pass
     root: Path  # the course folder the learner works in
-    manifest_path: Path  # the manifest read: the shipped one, whatever the learner's copy says
+    # The manifest read. For the learner's commands, the shipped one, whatever the learner's copy says
+    # (oomlab.course.originals.original_manifest); for a maintainer's, exercises/ID/exercise.toml itself.
+    manifest_path: Path
     solution_path: Path  # the reference fix: beside the exercises in a checkout, in the package otherwise
+    manifest_edited: bool = False  # the learner's exercise.toml differs from manifest_path, which was read instead
 
     @property
     def learner_path(self) -> Path:
         """The file the learner edits."""
         return self.root / "exercises" / self.id / self.file
+
+    @property
+    def learner_manifest(self) -> Path:
+        """The learner's copy of the manifest: shown to them, never graded with."""
+        return self.root / "exercises" / self.id / MANIFEST
 
     @property
     def budget_mib(self) -> float:

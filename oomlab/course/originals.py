@@ -1,14 +1,19 @@
-"""Each exercise as shipped, and ``reset``, which puts it back without ever losing the learner's version.
+"""Each exercise as shipped (script and manifest), and ``reset``, which puts the script back without losing the learner's version.
 
-The original comes from, in order:
+The original of ``exercises/ID/FILE`` comes from, in order:
 
-1. ``.oomlab/originals/``, written by ``oomlab init`` straight from the package,
+1. ``.oomlab/originals/ID/FILE``, written by ``oomlab init`` straight from the package,
    or, in a course's source (a checkout), at the first command run there (from
-   git's committed file when there is one, so an edit made before that is not taken);
+   git's committed file when there is one, so an edit made before that is not taken;
+   without git the file as it is then, and a manifest once it loads);
 2. the package's own copy, for a folder made by ``init`` whose ``.oomlab/`` was deleted.
 
-Never from git's HEAD at the time of the reset: a learner who commits an
-edit would get the edit back.
+The course inside the installed package is its own original. Never from git's HEAD at
+the time of the reset: a learner who commits an edit would get the edit back.
+
+The script's original is what ``reset`` restores; the manifest's
+(:func:`original_manifest`) is what the learner's commands grade with, so that an
+edited budget, tolerance, check or ``file`` in the learner's ``exercise.toml`` changes nothing.
 """
 
 from __future__ import annotations
@@ -19,12 +24,21 @@ import subprocess
 import time
 from pathlib import Path
 
-from oomlab.course.manifest import Exercise
-from oomlab.course.shipped import is_source, shipped_root
+from oomlab.course.manifest import MANIFEST, Exercise
+from oomlab.course.shipped import is_bundled, is_source, shipped_root
 from oomlab.course.state import CannotWrite, StateDir, read_error, shown, write_atomic
 from oomlab.errors import OomLabError
 
-__all__ = ["keep_originals", "pristine_source", "reset", "shipped_source"]
+__all__ = [
+    "differs",
+    "keep_manifest",
+    "keep_originals",
+    "manifest_note",
+    "original_manifest",
+    "pristine_source",
+    "reset",
+    "shipped_source",
+]
 
 
 def shipped_source(ex: Exercise) -> str:
@@ -43,11 +57,26 @@ def shipped_source(ex: Exercise) -> str:
         raise OomLabError(f"Cannot read the exercise {path}: {err.strerror or err}.", "Reinstall oomlab.") from None
 
 
-def _committed(ex: Exercise) -> str | None:
-    """The exercise as git has it committed, in a source checkout; None elsewhere."""
-    rel = ex.learner_path.relative_to(ex.root).as_posix()
+def _found(root: Path, ex_id: str, file: str) -> Path | None:
+    """Where the original of ``exercises/ex_id/file`` is already; None for a source that has not kept it yet."""
+    working = root / "exercises" / ex_id / file
+    if is_bundled(root):
+        return working
+    kept = StateDir(root).original(ex_id, file)
+    if kept.is_file():
+        return kept
+    if is_source(root):
+        return None
+    shipped = shipped_root()
+    if shipped is not None and (shipped / "exercises" / ex_id / file).is_file():
+        return shipped / "exercises" / ex_id / file
+    return working  # an exercise the package does not have: the learner's folder is all there is
+
+
+def _committed(root: Path, rel: str) -> str | None:
+    """The file ``rel`` (relative to ``root``) as git has it committed, in a source checkout; None elsewhere."""
     try:
-        return subprocess.run(["git", "show", f"HEAD:./{rel}"], cwd=ex.root, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(["git", "show", f"HEAD:./{rel}"], cwd=root, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -55,7 +84,8 @@ def _committed(ex: Exercise) -> str | None:
 def pristine_source(ex: Exercise) -> str:
     """The exercise as shipped, for ``reset`` and ``solution``."""
     kept = StateDir(ex.root).original(ex.id, ex.file)
-    if kept.is_file():
+    found = _found(ex.root, ex.id, ex.file)
+    if found == kept:
         try:
             return kept.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
@@ -64,9 +94,9 @@ def pristine_source(ex: Exercise) -> str:
                 f"Delete it (oomlab keeps it again from {'git' if is_source(ex.root) else 'the package'}) "
                 "or make it readable, then try again.",
             ) from None
-    if not is_source(ex.root):
+    if found is not None:
         return shipped_source(ex)
-    source = _committed(ex)
+    source = _committed(ex.root, ex.learner_path.relative_to(ex.root).as_posix())
     if source is None:
         if not ex.learner_path.is_file():
             raise OomLabError(
@@ -83,6 +113,69 @@ def pristine_source(ex: Exercise) -> str:
     with contextlib.suppress(CannotWrite):  # a read-only .oomlab/: the commands that must write say so
         write_atomic(kept, source)  # first sight: from now on the original is this copy
     return source
+
+
+def original_manifest(root: Path, ex_id: str) -> Path:
+    """The manifest that grades exercise ``ex_id`` for a learner: the course's own, whatever ``exercises/ID/exercise.toml`` says.
+
+    Found, or kept at first sight, as the module's docstring says. In a source without
+    git the learner's copy, as it is at first sight, is the original: :func:`keep_manifest`
+    keeps it once it loads, so that a manifest broken before then is not kept broken.
+    """
+    found = _found(root, ex_id, MANIFEST)
+    if found is not None:
+        return found
+    mine = root / "exercises" / ex_id / MANIFEST
+    committed = _committed(root, f"exercises/{ex_id}/{MANIFEST}")
+    if committed is None:
+        return mine
+    kept = StateDir(root).original(ex_id, MANIFEST)
+    try:
+        write_atomic(kept, committed)  # first sight: from now on the course's own manifest is this copy
+    except CannotWrite as err:
+        if not differs(mine, committed):
+            return mine  # nothing was edited: the learner's copy is the original
+        raise OomLabError(
+            f"exercises/{ex_id}/{MANIFEST} differs from the course's own, which cannot be kept to grade with. {err.what}",
+            err.todo,
+        ) from None
+    return kept
+
+
+def keep_manifest(root: Path, ex_id: str) -> None:
+    """Keep the learner's manifest as the original, in a source without git that has kept none yet (see :func:`original_manifest`).
+
+    Call it once the manifest has loaded; a read-only ``.oomlab/`` keeps nothing (the commands that must write say so).
+    """
+    if _found(root, ex_id, MANIFEST) is not None:
+        return
+    with contextlib.suppress(OSError, UnicodeDecodeError):  # CannotWrite is an OSError
+        write_atomic(
+            StateDir(root).original(ex_id, MANIFEST), (root / "exercises" / ex_id / MANIFEST).read_text(encoding="utf-8")
+        )
+
+
+def differs(mine: Path, original: Path | str) -> bool:
+    """Whether the learner's ``mine`` differs from ``original`` (a file, or its text); a missing or unreadable one does.
+
+    Both are read as text, so that a checkout's CRLF line endings are no edit.
+    """
+    try:
+        text = original if isinstance(original, str) else original.read_text(encoding="utf-8")
+        return mine.read_text(encoding="utf-8") != text
+    except (OSError, UnicodeDecodeError):
+        return True
+
+
+def manifest_note(ex: Exercise) -> str:
+    """One line for a learner whose ``exercise.toml`` differs from the manifest that was used; "" when it does not."""
+    if not ex.manifest_edited:
+        return ""
+    used = ex.manifest_path.relative_to(ex.root).as_posix() if ex.manifest_path.is_relative_to(ex.root) else "the package's"
+    return (
+        f"{ex.learner_manifest.relative_to(ex.root).as_posix()} differs from the course's own ({used}), which was used: "
+        "the budget, checks, tolerances and file come from the course, not from your copy."
+    )
 
 
 def keep_originals(exercises) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from oomlab.course.manifest import MANIFEST
 from oomlab.course.state import CannotWrite, StateDir, make_folder, remove_empty_folders, shown, write_atomic
 from oomlab.errors import OomLabError
 
-__all__ = ["COPIED", "init_course", "shipped_root"]
+__all__ = ["COPIED", "init_course", "is_bundled", "is_source", "shipped_root"]
 
 PACKAGE = Path(__file__).resolve().parents[1]
 COPIED = ("exercises", "graders")  # what a learner's folder gets; solutions stay in the package
@@ -36,13 +37,25 @@ def shipped_root() -> Path | None:
     return None
 
 
+def is_bundled(root: Path) -> bool:
+    """Whether ``root`` is the course inside the installed package (a wheel's ``oomlab/_course/``).
+
+    It is the original that every learner's copy is made from, and nobody works in it:
+    its files are the shipped ones by definition, and an upgrade replaces them.
+    """
+    return Path(root).resolve() == (PACKAGE / "_course").resolve()
+
+
 def is_source(root: Path) -> bool:
     """Whether ``root`` is a course's source (it carries ``solutions/``), not a learner's copy made by ``init``."""
     return (Path(root) / "solutions").is_dir()
 
 
 def init_course(dest: Path) -> list[Path]:
-    """Write a fresh course folder at ``dest``: exercises, graders, and the originals ``reset`` restores.
+    """Write a fresh course folder at ``dest``: exercises, graders, and the originals (script and manifest).
+
+    ``reset`` restores the script from its original; the learner's commands grade with
+    the original manifest, whatever the learner's copy says.
 
     Refuses a folder that already holds files (nothing of the learner's is ever
     overwritten); returns the top-level paths written.
@@ -61,14 +74,15 @@ def init_course(dest: Path) -> list[Path]:
             raise OomLabError(f"{shown(dest)} {what}; nothing was changed.", "Name a new or empty folder: oomlab init my-course")
     except OSError as err:  # a name too long, a parent we may not look into
         raise OomLabError(f"Cannot use {shown(dest)}: {err.strerror or err}.", "Name a new folder you can write to.") from None
-    course = Course(shipped)
+    course = Course(shipped, working_tree=True)  # the files copied below are the originals
     made = make_folder(dest)
     try:
         for folder in COPIED:
             shutil.copytree(shipped / folder, dest / folder, ignore=IGNORED)
         state = StateDir(dest)
-        for ex in course.exercises:
+        for ex in course.exercises:  # the script's original for `reset`, and the manifest that grades
             write_atomic(state.original(ex.id, ex.file), ex.learner_path.read_text(encoding="utf-8"))
+            write_atomic(state.original(ex.id, MANIFEST), ex.manifest_path.read_text(encoding="utf-8"))
         write_atomic(dest / ".gitignore", f"{state.path.name}/\n__pycache__/\n")
     except CannotWrite:
         raise

@@ -5,7 +5,7 @@ The learner's own files (``exercises/``) are never written here except by
 
 ==========================  ====================================================
 ``state.json``              progress: which exercises passed, hints shown
-``originals/ID/FILE``       each exercise as shipped, for ``reset``
+``originals/ID/FILE``       each exercise as shipped: its script for ``reset``, its manifest to grade with
 ``backups/ID/``             the learner's versions that ``reset`` replaced
 ``reference/``              the reference fix's measurement, per GPU and torch
 ``variants/ID/NAME/FILE``   scripts the truth check measures (bug, wrong fixes, cheats)

@@ -1035,7 +1035,7 @@ def on_config(config):
 
     root = Path(config.config_file_path).resolve().parent
     try:
-        _state["exercises"] = Course(root).exercises
+        _state["exercises"] = Course(root, working_tree=True).exercises  # the pages show the manifests as edited
     except OomLabError as err:
         raise PluginError(str(err)) from None
     _state["report"], _state["report_problem"] = load_report(Path(config.docs_dir))
