@@ -7,19 +7,29 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from nbgrader.converters.autograde import Autograde
 from nbgrader.nbgraderformat import MetadataValidator
+from nbgrader.preprocessors import Execute
+from traitlets.config import Config
+from traitlets.utils.importstring import import_item
 
 from oomlab.classroom import cells, classgrade
-from oomlab.classroom.build import build_course
+from oomlab.classroom.build import build_course, config_text
 from oomlab.classroom.classgrade import KERNEL_TRIES, UNREADABLE, _autograde, _set_aside, _submissions
+from oomlab.classroom.handin import clear
+from oomlab.classroom.kernel import GradingKernel
 from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
-from oomlab.classroom.notebook import build_notebook
+from oomlab.classroom.notebook import INSTALLED_ONLY, build_notebook
 from oomlab.classroom.scoring import HONESTY, MEMORY, honesty_checks, magic_line, memory_checks
+from oomlab.classroom.student import ANSWER_KEPT
 from oomlab.course import Course
+from oomlab.course.manifest import load_exercise
 from oomlab.course.originals import shipped_source
 from oomlab.errors import OomLabError
 from oomlab.grading.checks import CHECKS, CheckResult
@@ -49,7 +59,7 @@ def test_each_exercise_notebook_is_its_folder(ex):
     assert memory_checks(ex), "every exercise has a check that earns points"
     for c in graded:
         hidden = c.source.split("### BEGIN HIDDEN TESTS\n", 1)[1]
-        assert hidden.startswith(f"cells.honest({ex.id!r})")
+        assert hidden.startswith(f"{INSTALLED_ONLY}\ncells.honest({ex.id!r})")
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "interview-answer")
     assert answer.metadata.nbgrader.solution and ex.interview.answer in answer.source
     assert f"sources={source_digest(ex)!r}" in json.dumps(nb.cells)
@@ -296,3 +306,167 @@ def test_a_learners_kernel_needs_no_nbgrader(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "feature-cache.py was not written" in done.stdout, done.stdout + done.stderr
+
+
+# A grader handed in beside the notebooks: three defences, each tested on its own here, all three through nbgrader
+# in tests/test_nbgrader_flow.py.
+
+SHADOW = {  # each module, if ever imported, leaves a file named after it in the folder MARKERS names
+    "oomlab/__init__.py": "",
+    "oomlab/classroom/__init__.py": "",
+    "oomlab/classroom/cells.py": "def check(*args):\n    print('PASS')\n\n\nhonest = check\n",
+    "traitlets/__init__.py": "",
+    "rich/__init__.py": "",
+}
+
+
+def hand_in(folder: Path, markers: Path) -> None:
+    for rel, code in SHADOW.items():
+        name = rel.removesuffix("/__init__.py").removesuffix(".py").replace("/", ".")
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(f"open({str(markers / name)!r}, 'w').close()\n{code}")
+
+
+def test_what_is_handed_in_beside_the_notebooks_is_cleared_but_what_is_kept(tmp_path):
+    hand_in(tmp_path, tmp_path / "imported")
+    for rel in ("a.ipynb", "timestamp.txt", "data/train.csv", "data/evil.py", "notes.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    removed = clear(tmp_path, {"a.ipynb", "timestamp.txt", "data/train.csv"})
+    assert removed == ["data/evil.py", "link", "notes.txt", "oomlab/", "rich/", "traitlets/"]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "a.ipynb",
+        "data",
+        "data/train.csv",
+        "timestamp.txt",
+    ]
+
+
+def test_the_grading_kernel_imports_nothing_from_the_notebooks_folder(tmp_path):
+    """Started as nbgrader starts it, in the notebook's folder: the folder holds look-alikes of what the kernel
+    imports as it starts and of the grader, and none is imported, though the kernel works in that folder."""
+    folder, markers = tmp_path / "autograded" / "ada" / "production", tmp_path / "imported"
+    folder.mkdir(parents=True)
+    markers.mkdir()
+    hand_in(folder, markers)
+    probe = (
+        "import json, os, sys\nimport oomlab.classroom.cells, rich\nprint(json.dumps([os.getcwd(), oomlab.__file__, sys.path]))"
+    )
+    nb = new_notebook(cells=[new_code_cell(probe)], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    nb, _ = GradingKernel(timeout=120).preprocess(nb, {"metadata": {"path": str(folder)}})
+    outputs = nb.cells[0].outputs
+    assert [o.output_type for o in outputs] == ["stream"], outputs
+    cwd, grader, path = json.loads(outputs[0].text)
+    assert [p.name for p in markers.iterdir()] == []
+    assert cwd == str(folder.resolve()) and Path(grader).is_relative_to(REPO / "oomlab")
+    assert not [p for p in path if p in ("", ".") or Path(p).resolve() == folder.resolve() or "oomlab-kernel-start" in p]
+
+
+def test_the_grading_kernel_stands_in_for_nbgraders_execute_alone():
+    """oomlab_config.py's list of autograde preprocessors is nbgrader's own, with GradingKernel for Execute."""
+    c = Config()
+    exec(config_text(COURSE), {"get_config": lambda: c})
+    ours = [import_item(name) for name in c.Autograde.autograde_preprocessors]
+    nbgraders = Autograde.class_traits()["autograde_preprocessors"].default()
+    assert ours == [GradingKernel if p is Execute else p for p in nbgraders]
+    assert issubclass(GradingKernel, Execute), "so every Execute setting applies to it"
+
+
+def test_a_graded_cell_refuses_grading_helpers_from_the_submissions_folder(tmp_path):
+    """The notebook's own tripwire, for when the two defences before it were configured away: with the folder first
+    on sys.path (python -c puts it there), the cell's import takes the fake, whose check passes; its hidden part fails."""
+    ex = COURSE.get("inference-worker")
+    source = next(c.source for c in build_notebook(ex).cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check-no_oom")
+    folder, markers = tmp_path / "production", tmp_path / "imported"
+    folder.mkdir()
+    markers.mkdir()
+    hand_in(folder, markers)
+    run = lambda: subprocess.run([sys.executable, "-c", source], cwd=folder, capture_output=True, text=True, timeout=120)  # noqa: E731
+    done = run()
+    assert "PASS" in done.stdout and done.returncode == 1, done.stdout + done.stderr
+    assert "ImportError: The grading helpers were imported from" in done.stderr and "scores nothing" in done.stderr
+    assert (markers / "oomlab.classroom.cells").is_file(), "the fake was imported: the tripwire, not the path, caught it"
+    for handed in folder.iterdir():  # the installed oomlab passes the tripwire, and grades (here: nothing was written)
+        shutil.rmtree(handed)
+    done = run()
+    assert "NotGraded" in done.stderr and "ImportError" not in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def student_install(tmp_path_factory) -> dict:
+    """The student wheel, built by the instructors' command and installed with pip into a folder of its own."""
+    tmp = tmp_path_factory.mktemp("student")
+    done = oomlab(tmp, "nbgrader", "student-wheel", "dist")
+    assert done.returncode == 0 and "pip install" in done.stdout, done.stdout + done.stderr
+    (wheel,) = (tmp / "dist").glob("*.whl")
+    target = tmp / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {"wheel": wheel, "target": target}
+
+
+def test_the_student_wheel_carries_no_reference_fixes_and_no_answers(student_install):
+    wheel = student_install["wheel"]
+    assert wheel.name.endswith("+student-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        files = {name: zf.read(name) for name in zf.namelist()}
+    assert not [n for n in files if "solutions" in n.split("/")]
+    everything = b"\n".join(files.values()).decode("utf-8", errors="replace")
+    for ex in COURSE.exercises:
+        manifest = files[f"oomlab/_course/exercises/{ex.id}/exercise.toml"].decode()
+        assert "[[alternatives" not in manifest and ANSWER_KEPT in manifest, ex.id
+        assert ex.interview.answer.splitlines()[0] not in everything, ex.id
+        assert ex.solution_path.read_text() not in everything, ex.id
+        assert not [a for a in ex.alternatives if a.why in everything or a.apply(ex.learner_path.read_text()) in everything]
+        assert files[f"oomlab/_course/exercises/{ex.id}/{ex.file}"].decode() == ex.learner_path.read_text(), ex.id
+    assert "oomlab/classroom/cells.py" in files and "oomlab/_course/graders/conftest.py" in files
+
+
+def test_the_student_manifests_load_and_keep_everything_but_the_answers(student_install):
+    course = student_install["target"] / "oomlab" / "_course"
+    for ex in COURSE.exercises:
+        mine = load_exercise(course / "exercises" / ex.id / "exercise.toml", course, course / "solutions")
+        assert mine.alternatives == () and mine.interview.answer == ANSWER_KEPT
+        assert mine.interview.question == ex.interview.question and mine.hints == ex.hints
+        assert (mine.budget_bytes, mine.alloc_conf, mine.checks, mine.time_limit_s) == (
+            ex.budget_bytes,
+            ex.alloc_conf,
+            ex.checks,
+            ex.time_limit_s,
+        )
+        assert [f.name for f in mine.wrong_fixes] == [f.name for f in ex.wrong_fixes]
+
+
+def test_a_student_install_measures_and_says_the_grade_is_the_instructors(student_install, tmp_path):
+    """The measuring cell, where the student wheel is installed: it runs the script and shows the figures (the run is
+    faked here, as there is no GPU), and every cell says who grades; nothing crashes for want of a reference fix."""
+    shutil.copy(COURSE.get("inference-worker").learner_path, tmp_path / "inference-worker.py")
+    code = """
+from oomlab.classroom import cells
+from oomlab.measure import harness
+stats = {"peak_allocated": 2**30, "peak_reserved": 2**31, "inactive_split_peak": 0, "retries": 0, "ooms": 0}
+harness.measure_exercise_file = lambda ex, script, **kw: harness.Measurement(str(script), "ok", stats=stats, budget_bytes=ex.budget_bytes)
+import oomlab
+print(oomlab.__file__)
+cells.measure("inference-worker", sources="from the release")
+try:
+    cells.check("inference-worker", "no_oom")
+except cells.NotGraded as err:
+    print("check:", err.lines[-1])
+"""
+    env = {**os.environ, "PYTHONPATH": str(student_install["target"]), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert out.startswith(str(student_install["target"] / "oomlab")), out
+    assert "peak allocated" in out and "1,024.0 MiB" in out and "student build" in out
+    assert "Your grade comes from your instructor" in out
+    assert out.rstrip().endswith(
+        "check: Your grade comes from your instructor, who measures this notebook on the grading machine."
+    )

@@ -3,9 +3,9 @@
 The submissions are the ones an instructor meets: the reference fix, the untouched
 bug, a syntax error, a crash, a hang, a run that resets the peak statistics, one
 that serves fewer requests, a cell that patches the grader, an edited locked cell, deleted cells, an exercise
-cell without its first line. Without a GPU nothing is measured, so every memory
-check scores zero and says so; the cheats that need no GPU to succeed (a patched
-grader, an emptied locked cell) would score here if they got through, so their
+cell without its first line, grading helpers handed in beside the notebook. Without a GPU nothing is measured,
+so every memory check scores zero and says so; the cheats that need no GPU to succeed (a patched
+grader, an emptied locked cell, a grader handed in) would score here if they got through, so their
 zeros are real verdicts. On a GPU the same flow grades for real.
 """
 
@@ -97,6 +97,26 @@ def submissions(release: dict, bug: str, fix: str) -> dict[str, dict]:
         "deletes-graded-cells": edited(drop(lambda c: not graded(c))),
         "deletes-the-exercise": edited(drop(lambda c: c["metadata"].get("oomlab", {}).get("role") != "exercise")),
         "no-first-line": edited(exercise(fix)),
+        "shadow-package": edited(lambda nb: None),  # with handed_in(): the grader's own modules, faked, beside it
+    }
+
+
+def handed_in(markers: Path) -> dict[str, dict[str, str]]:
+    """Files each student hands in beside the notebook: a fake ``oomlab.classroom.cells`` whose every check passes, and
+    packages named as ones the kernel imports as it starts or the cells import. Each one that is imported says so in
+    ``markers``."""
+    mark = lambda name: f"open({str(markers / name)!r}, 'w').close()\n"  # noqa: E731
+    passes = "def measure(*args, **kwargs):\n    print('passes')\n\n\ndef check(*args):\n    print('PASS')\n\n\nhonest = check\n"
+    return {
+        "shadow-package": {
+            "oomlab/__init__.py": mark("oomlab"),
+            "oomlab/classroom/__init__.py": "",
+            "oomlab/classroom/cells.py": mark("oomlab.classroom.cells") + passes,
+            "traitlets/__init__.py": mark("traitlets"),
+            "rich/__init__.py": mark("rich"),
+            "timestamp.txt": "2030-01-01 00:00:00.000000 UTC",  # nbgrader's own, as submit writes them: kept
+            "submission_secret.txt": "0123456789abcdef",
+        }
     }
 
 
@@ -113,17 +133,33 @@ def graded(tmp_path_factory):
     bug = (root / "oomlab-course" / "exercises" / EXERCISE / "train.py").read_text()
     fix = (root / "oomlab-course" / "solutions" / EXERCISE / "train.py").read_text()
     subs = submissions(release, bug, fix)
+    markers = root.parent / "imported"
+    markers.mkdir()
+    beside = handed_in(markers)
     for student, nb in subs.items():
         folder = root / "submitted" / student / ASSIGNMENT
         folder.mkdir(parents=True)
         (folder / f"{EXERCISE}.ipynb").write_text(json.dumps(nb))
+        for rel, content in beside.get(student, {}).items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(content)
     failed = _autograde(root, ASSIGNMENT, sorted(subs), 2, lambda _: None)
     nbgrader(root, "generate_feedback", ASSIGNMENT)
     nbgrader(root, "export")
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         scores = {s: gb.find_submission_notebook(EXERCISE, ASSIGNMENT, s).score for s in subs}
         manual = {s: gb.find_submission_notebook(EXERCISE, ASSIGNMENT, s).needs_manual_grade for s in subs}
-    return {"root": root, "release": release, "bug": bug, "failed": failed, "scores": scores, "manual": manual, "students": subs}
+    return {
+        "root": root,
+        "release": release,
+        "bug": bug,
+        "failed": failed,
+        "scores": scores,
+        "manual": manual,
+        "students": subs,
+        "markers": markers,
+        "handed_in": beside,
+    }
 
 
 def autograded(graded, student: str) -> dict:
@@ -184,6 +220,23 @@ def test_a_cell_that_patches_the_grader_is_not_run(graded):
     assert "were not run" in text(nb["cells"][0])
 
 
+def test_a_grader_handed_in_beside_the_notebook_is_never_imported(graded):
+    """Its fake checks would pass every cell, here without a GPU too: the zero is the real verdict, and the note says why."""
+    assert graded["scores"]["shadow-package"] == 0.0
+    assert sorted(p.name for p in graded["markers"].iterdir()) == [], "the grading kernel imported a file handed in"
+    graded_copy = graded["root"] / "autograded" / "shadow-package" / ASSIGNMENT
+    kept = [f"{EXERCISE}.ipynb", f"{EXERCISE}.py", "submission_secret.txt", "timestamp.txt"]
+    assert sorted(p.name for p in graded_copy.iterdir()) == kept
+    submitted = graded["root"] / "submitted" / "shadow-package" / ASSIGNMENT
+    assert all((submitted / rel).is_file() for rel in graded["handed_in"]["shadow-package"]), "the student's own copy is kept"
+    nb = autograded(graded, "shadow-package")
+    assert "Not used at grading: oomlab/, rich/, traitlets/." in text(nb["cells"][0])
+    checks = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"]
+    assert all(c["outputs"][-1]["output_type"] == "error" and "PASS" not in outputs(c) for c in checks)
+    feedback = (graded["root"] / "feedback" / "shadow-package" / ASSIGNMENT / f"{EXERCISE}.html").read_text()
+    assert "Not used at grading: oomlab/, rich/, traitlets/." in feedback
+
+
 def test_an_emptied_locked_cell_is_graded_as_released(graded):
     nb = autograded(graded, "empties-a-locked-cell")
     assert all(text(c) != "pass" for c in nb["cells"])
@@ -229,14 +282,15 @@ def test_grading_the_class_at_once_scores_as_nbgrader_alone_does(graded, monkeyp
     report = grade_class(ASSIGNMENT)
     assert {r.student: r.score for r in report.rows} == graded["scores"]
     # each distinct script once: the copies of the untouched bug (under a patched grader, an emptied or deleted
-    # graded cell) are one run, the fix with and without its first line another, and a deleted exercise is none
+    # graded cell, beside a grader handed in) are one run, the fix with and without its first line another, and a
+    # deleted exercise is none
     scripts = {
         script_of(nbformat.from_dict(c), script_name(EXERCISE))
         for nb in graded["students"].values()
         for c in nb["cells"]
         if c["metadata"].get("oomlab", {}).get("role") == "exercise"
     }
-    assert report.measured == len(scripts) == len(graded["students"]) - 5
+    assert report.measured == len(scripts) == len(graded["students"]) - 6
     by_student = {r.student: r for r in report.rows}
     assert any("untampered" in why for why in by_student["reset-peak-stats"].reasons)
     assert by_student["reference"].reasons == ["the interview answer waits for manual grading"]

@@ -13,6 +13,12 @@ nothing is kept in step by hand.
   kernel: the learner's cell measured in a fresh process, as ``oomlab check`` measures it;
 - :mod:`~oomlab.classroom.preprocessors`: the nbgrader preprocessor that grades only the
   exercise cell's script, never code run in the grading kernel;
+- :mod:`~oomlab.classroom.handin` and :mod:`~oomlab.classroom.kernel`: nothing handed in
+  beside the notebooks stays where they are graded, and the grading kernel imports nothing
+  from that folder, so no file of a student's can stand in for the grader;
 - :mod:`~oomlab.classroom.classgrade`: a class's submissions measured in parallel on one GPU,
-  then nbgrader's ``autograde``, then who failed which check and why.
+  then nbgrader's ``autograde``, then who failed which check and why;
+- :mod:`~oomlab.classroom.student`: the wheel to give students, without the reference fixes
+  and model answers (written by :mod:`~oomlab.classroom.wheel`, its manifests by
+  :mod:`~oomlab.classroom.tomltext`).
 """

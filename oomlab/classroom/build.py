@@ -3,7 +3,8 @@
 What it writes (:mod:`oomlab.classroom.layout` says where each lives):
 
 - ``oomlab_config.py``: the course id, cell timeouts sized for GPU runs, a deleted
-  graded cell put back, and the preprocessor that grades only the exercise cell;
+  graded cell put back, the preprocessor that grades only the exercise cell, and the
+  kernel that imports nothing handed in with a submission;
   ``nbgrader_config.py``, the instructor's own, is written once, loading it;
 - ``oomlab-course/``: the exercises and reference fixes, pinned, to grade against;
 - ``source/MODULE/ID.ipynb``: one assignment per module, one notebook per exercise.
@@ -106,14 +107,27 @@ c.Execute.shutdown_kernel = "immediate"
 # Only the exercise cell's script is graded, in a process of its own (oomlab/classroom/preprocessors.py):
 # after nbgrader restores the locked cells' sources, a locked or graded cell deleted from a submission is
 # put back as released, and code cells a student added become raw cells, which nobody runs. No file beside
-# the notebooks is graded: autograde writes each script from its exercise cell, so nothing else needs
-# protecting from being overwritten.
+# the notebooks is graded: autograde writes each script from its exercise cell, and every other file handed
+# in is left out of the folder the notebook is graded in, where the kernel could import it in place of the
+# grader (a folder oomlab/classroom/cells.py whose checks all pass).
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
     "oomlab.classroom.preprocessors.GradeOnlyTheExercise",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# nbgrader's own list, with its Execute replaced by one whose kernel has no folder of the submission's on
+# sys.path, whatever appears there while the notebook is graded (oomlab/classroom/kernel.py). The Execute
+# settings above apply to it.
+c.Autograde.autograde_preprocessors = [
+    "oomlab.classroom.kernel.GradingKernel",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 '''
@@ -156,7 +170,7 @@ def build_course(dest: Path) -> Built:
     shipped = shipped_root()
     if shipped is None:
         raise OomLabError("This installation of oomlab carries no course.", "Reinstall it: pip install oomlab")
-    course = Course(shipped)
+    course = Course(shipped, working_tree=True)  # the instructor's course as it is: a checkout's edits included
     dest = Path(dest).expanduser().resolve()
     if dest.exists() and not dest.is_dir():
         raise OomLabError(f"{shown(dest)} exists and is not a folder.", "Name a new folder: oomlab nbgrader build my-class")

@@ -15,6 +15,11 @@ measured on the same GPU) and prints the same table. :func:`check` and
 A run that could not be graded (no GPU, a syntax error, a crash, the time limit,
 a notebook built from another version of the exercise) raises :class:`NotGraded`
 in every graded cell, saying why: no cell passes where nothing was measured.
+
+In a student build of oomlab (``oomlab nbgrader student-wheel``: no reference
+fixes) there is nothing to grade against: :func:`measure` still runs the script
+under the budget and shows its figures, and every cell says that the grade comes
+from the instructor.
 """
 
 from __future__ import annotations
@@ -54,6 +59,15 @@ class _Outcome:
     script_text: str
     report: object | None  # oomlab.grading.verdict.Report
     reason: list[str]  # why it was not graded, when report is None
+    shown: str = ""  # a run measured but not graded (a student build): its figures, as text
+
+
+# What every cell of a student build says: it has no reference fix, so it cannot grade, and nobody should think it did.
+STUDENT_BUILD = [
+    "This is the student build of oomlab: it carries no reference fixes, and every check compares your run with the "
+    "reference fix measured on the same GPU, so it cannot grade here.",
+    "Your grade comes from your instructor, who measures this notebook on the grading machine.",
+]
 
 
 _last: dict[str, _Outcome] = {}  # exercise id -> the last grading of its file in this kernel
@@ -84,9 +98,23 @@ def _exercise(ex_id: str):
     if course_root is None:
         raise NotGraded(["This installation of oomlab carries no course to grade against.", "Reinstall it: pip install oomlab"])
     try:
-        return Course(course_root).get(ex_id)
+        # The class's pinned copy is the instructor's, out of the students' hands: its own manifests are the ones.
+        return Course(course_root, working_tree=root is not None).get(ex_id)
     except OomLabError as err:
         raise NotGraded(_error_lines(err)) from None
+
+
+def _student_build() -> bool:
+    """Whether the notebook grades against a course that has no reference fixes: an installed student build.
+
+    Never in a class's folder, whose pinned copy carries them; a fix missing from a
+    full course is a broken install, and grading says so.
+    """
+    from oomlab.classroom.layout import class_root
+    from oomlab.course.shipped import shipped_root
+
+    shipped = shipped_root()
+    return class_root() is None and shipped is not None and not (shipped / "solutions").is_dir()
 
 
 def _grade(ex_id: str) -> _Outcome:
@@ -97,7 +125,8 @@ def _grade(ex_id: str) -> _Outcome:
     from oomlab.grading.verdict import grade
 
     ex = _exercise(ex_id)
-    if ex_id in _pinned and source_digest(ex) != _pinned[ex_id]:
+    student = _student_build()  # nothing to grade against, and no reference fix to take a digest of
+    if not student and ex_id in _pinned and source_digest(ex) != _pinned[ex_id]:
         raise NotGraded(
             [
                 f"This notebook was built from another version of {ex_id} than the one grading would measure against "
@@ -118,6 +147,8 @@ def _grade(ex_id: str) -> _Outcome:
         ) from None
     except OSError as err:
         raise NotGraded([f"Cannot read {script}: {err.strerror or err}.", "Make it readable and run the cell again."]) from None
+    if student:
+        return _measured_only(ex, script, text)
     try:
         report = grade(ex, script, measurement=measured.load(ex, script))
     except OomLabError as err:  # the machine (no GPU, too small, busy) or the course, not the learner's code
@@ -133,6 +164,39 @@ def _grade(ex_id: str) -> _Outcome:
             ],
         )
     return _Outcome(text, report, [])
+
+
+def _measured_only(ex, script: Path, text: str) -> _Outcome:
+    """A student build's run: measured under the budget as grading would, shown, and never graded."""
+    from oomlab.measure.harness import MACHINE_PROBLEMS, measure_exercise_file
+    from oomlab.measure.machine import machine_error
+
+    m = measure_exercise_file(ex, script)
+    if m.status in MACHINE_PROBLEMS:
+        return _Outcome(text, None, [*_error_lines(machine_error(m, ex)), *STUDENT_BUILD])
+    return _Outcome(text, None, STUDENT_BUILD, shown=_run_text(m, ex))
+
+
+def _run_text(m, ex) -> str:
+    """A run's own figures, as ``oomlab run`` shows them: the failure, or the OOM and the allocator's figures."""
+    from rich.text import Text
+
+    from oomlab.cli.render import figures_table, notes, oom_panel, script_failure, workload_line
+    from oomlab.measure.harness import SCRIPT_FAILURES
+
+    def draw(console) -> None:
+        if m.status in SCRIPT_FAILURES:
+            console.print(script_failure(m, ex))
+            return
+        if m.status == "oom":
+            console.print(oom_panel(m, ex.root))
+        console.print(figures_table(m))
+        for note in notes(m, ex):
+            console.print(Text(f"Note: {note}"))
+        if line := workload_line(m):
+            console.print(Text(line))
+
+    return _plain(draw)
 
 
 def _outcome(ex_id: str) -> _Outcome:
@@ -170,6 +234,8 @@ def measure(ex_id: str, sources: str) -> None:
     try:
         report = _graded(ex_id)
     except NotGraded as err:
+        if ex_id in _last and _last[ex_id].shown:
+            print(_last[ex_id].shown)
         print("\n".join(["Not graded:", *err.lines]))
         return
     print(_plain(lambda console: print_report(console, report)))

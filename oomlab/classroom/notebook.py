@@ -11,7 +11,9 @@ The cells, in the order a learner meets them:
    budget, against the reference fix, as ``oomlab check`` measures it, and the same table;
 4. one graded cell per memory check (locked, :data:`POINTS_PER_CHECK` points each),
    whose hidden part (``### BEGIN HIDDEN TESTS``) holds the honesty checks: a fix that
-   trains less, resets the statistics or changes the settings earns no memory points;
+   trains less, resets the statistics or changes the settings earns no memory points.
+   Before them it checks that the grading helpers the cell used are the installed
+   ones (:data:`INSTALLED_ONLY`);
 5. the interview question, and a manually graded answer cell (:data:`ANSWER_POINTS`
    points) whose source holds the model answer, which nbgrader strips from the release.
 
@@ -33,7 +35,24 @@ from oomlab.grading.truth import source_digest
 from oomlab.steps import step
 from oomlab.units import format_bytes
 
-__all__ = ["build_notebook"]
+__all__ = ["INSTALLED_ONLY", "build_notebook"]
+
+# The hidden part's first lines: the last of three defences against grading helpers handed in beside the notebook
+# (a folder oomlab/classroom/cells.py whose check() passes). The first two keep such a file from ever being imported:
+# the grading preprocessor removes it from the folder the notebook is graded in (oomlab.classroom.handin), and the
+# kernel starts with no folder of the submission's on sys.path (oomlab.classroom.kernel). Both live in nbgrader's
+# configuration, which an instructor can override; this lives in the locked cell, which nbgrader restores from its
+# gradebook, so a regression there scores zero with its reason instead of a forged pass. Each graded cell checks for
+# itself, since its score is its own, and with the standard library alone: it cannot ask the module in question.
+# It is a tripwire, not a wall: code handed in that did run in the kernel could hide from any check made there.
+INSTALLED_ONLY = """\
+import os  # graded by the installed oomlab only, never by a copy handed in beside this notebook
+_here, _grader = os.path.realpath(os.curdir), os.path.realpath(getattr(cells, "__file__", None) or os.curdir)
+if _grader == _here or _grader.startswith(_here + os.sep):
+    raise ImportError(
+        f"The grading helpers were imported from {_grader}, inside this submission's folder, not from the installed oomlab: "
+        "nothing handed in beside the notebook is graded, so this cell scores nothing."
+    )"""
 
 
 def _nbgrader(grade_id: str, *, grade: bool = False, solution: bool = False, locked: bool = False, points: float = 0) -> dict:
@@ -89,7 +108,7 @@ def build_notebook(ex: Exercise) -> nbformat.NotebookNode:
             metadata=_nbgrader("measure", locked=True),
         ),
     ]
-    honest = f"cells.honest({call})"
+    honest = f"{INSTALLED_ONLY}\ncells.honest({call})"
     for name in memory_checks(ex):
         cells.append(
             new_code_cell(

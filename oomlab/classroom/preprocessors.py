@@ -17,7 +17,10 @@ knows. It then
   gradebook (nbgrader's own ``add_missing_cells`` assumes a graded cell follows a
   graded or solution cell, and fails the whole submission where one follows a
   locked cell, as here), a code cell never above the exercise cell;
-- turns every other code cell into a raw cell, which nobody runs,
+- turns every other code cell into a raw cell, which nobody runs;
+- removes from the graded copy of the submission every file handed in beside the
+  notebooks (:mod:`oomlab.classroom.handin`), which no grading reads and a kernel
+  could import,
 
 and says what it did at the top of the graded notebook, so that the feedback
 shows the reason.
@@ -27,11 +30,15 @@ shows the reason.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader import utils
 from nbgrader.api import Gradebook
+from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from oomlab.classroom import handin
 from oomlab.classroom.layout import EXERCISE_ROLE
 from oomlab.classroom.scoring import MAGIC, script_name
 
@@ -113,6 +120,12 @@ class GradeOnlyTheExercise(NbGraderPreprocessor):
                 f"{ignored} code cell(s) added to the notebook were not run: at grading only the exercise cell's script is "
                 "measured, in a process of its own, and code run in the grading kernel could change the grader."
             )
+        if unused := self._clear_folder(resources):
+            notes.append(
+                f"Not used at grading: {', '.join(unused)}. Nothing handed in beside the notebooks is graded (the exercise "
+                "cell writes the script that is measured), so it was left out of the folder the notebook is graded in, "
+                "where the grading kernel could have imported it in place of the grader."
+            )
         if notes:
             for note in notes:
                 self.log.warning("%s: %s", resources.get("nbgrader", {}).get("notebook", "notebook"), note)
@@ -128,6 +141,28 @@ class GradeOnlyTheExercise(NbGraderPreprocessor):
                 ),
             )
         return nb, resources
+
+    def _clear_folder(self, resources: dict) -> list[str]:
+        """Empty the graded copy of the submission of what was handed in beside the notebooks; what was removed.
+
+        The first line of defence against a module handed in to stand in for the grader
+        (:mod:`oomlab.classroom.handin`): this runs before the notebook's kernel starts, so
+        nothing removed here can be imported at its start or by a cell. What is kept: the
+        assignment's notebooks; the scripts other notebooks' exercise cells wrote when they
+        were graded earlier in this run; nbgrader's own files; the instructor's own files
+        from ``source/``. This notebook's own script, handed in from the student's run, goes
+        unremarked: its exercise cell writes it again, and where that cell is missing nothing
+        may be measured.
+        """
+        meta = resources["nbgrader"]
+        coursedir = CourseDirectory(config=self.config)
+        graded = Path(coursedir.format_path(coursedir.autograded_directory, meta["student"], meta["assignment"]))
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", meta["assignment"]))
+        keep = {Path(f).relative_to(source).as_posix() for f in utils.find_all_files(str(source), [*coursedir.ignore, "*.ipynb"])}
+        with Gradebook(meta["db_url"]) as gb:
+            names = [n.name for n in gb.find_assignment(meta["assignment"]).notebooks]
+        keep |= {f"{n}.ipynb" for n in names} | {script_name(n) for n in names if n != meta["notebook"]} | handin.NBGRADERS
+        return [rel for rel in handin.clear(graded, keep) if rel != script_name(meta["notebook"])]
 
     def _restore_missing(self, nb: NotebookNode, resources: dict, exercise: NotebookNode | None) -> list[str]:
         """Put back the gradebook's locked and graded cells that ``nb`` lacks, in the released order; their ids."""

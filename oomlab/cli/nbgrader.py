@@ -2,7 +2,9 @@
 
 - ``build DIR``: the course folder (:mod:`oomlab.classroom.build`), then nbgrader's own commands;
 - ``autograde ASSIGNMENT``: a class's submissions measured at once, then ``nbgrader autograde``,
-  then who lost which points and why (:mod:`oomlab.classroom.classgrade`).
+  then who lost which points and why (:mod:`oomlab.classroom.classgrade`);
+- ``student-wheel DIR``: oomlab for the learners' kernels, without the reference fixes and
+  model answers (:mod:`oomlab.classroom.student`).
 """
 
 from __future__ import annotations
@@ -85,3 +87,20 @@ def autograde(
             console.print(Text(f"nbgrader could not autograde {student}: {error}", style="bold red"))
         console.print(f"Their logs are in oomlab-course/.oomlab/class/logs/{assignment}/; grade them again with --student.")
         raise typer.Exit(1)
+
+
+@nbgrader_app.command("student-wheel")
+def student_wheel(folder: Path = typer.Argument(..., help="the folder to write the wheel into")) -> None:
+    """Write the wheel to give students: oomlab without the reference fixes, model answers or alternative fixes."""
+    from oomlab.classroom.student import build_student_wheel
+
+    path = build_student_wheel(folder)
+    console.print(f"Wrote the student build of oomlab: {path}", soft_wrap=True)
+    console.print(
+        "It carries the exercises and the notebooks' cells, but no reference fixes, model answers or accepted alternative "
+        "fixes: in it, the notebooks measure a script and show its figures, and the grade comes from your autograde."
+    )
+    console.print(Text(f"  pip install {path}", style="bold cyan"), soft_wrap=True)
+    console.print(
+        "Give students this wheel and the released notebooks (release/ASSIGNMENT/); never the course folder or the full wheel."
+    )
