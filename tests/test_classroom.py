@@ -38,7 +38,7 @@ from oomlab.grading.verdict import Report
 from oomlab.measure.harness import Measurement
 
 REPO = Path(__file__).resolve().parents[1]
-COURSE = Course(REPO)
+COURSE = Course(REPO, working_tree=True)  # what `oomlab nbgrader build` and the student wheel are made from
 
 
 def test_every_check_either_earns_points_or_guards_them():
