@@ -179,24 +179,9 @@ def _measured_only(ex, script: Path, text: str) -> _Outcome:
 
 def _run_text(m, ex) -> str:
     """A run's own figures, as ``oomlab run`` shows them: the failure, or the OOM and the allocator's figures."""
-    from rich.text import Text
+    from oomlab.cli.render import print_run
 
-    from oomlab.cli.render import figures_table, notes, oom_panel, script_failure, workload_line
-    from oomlab.measure.harness import SCRIPT_FAILURES
-
-    def draw(console) -> None:
-        if m.status in SCRIPT_FAILURES:
-            console.print(script_failure(m, ex))
-            return
-        if m.status == "oom":
-            console.print(oom_panel(m, ex.root))
-        console.print(figures_table(m))
-        for note in notes(m, ex):
-            console.print(Text(f"Note: {note}"))
-        if line := workload_line(m):
-            console.print(Text(line))
-
-    return _plain(draw)
+    return _plain(lambda console: print_run(console, m, ex))
 
 
 def _outcome(ex_id: str) -> _Outcome:

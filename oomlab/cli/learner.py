@@ -18,14 +18,10 @@ from rich.text import Text
 from oomlab import __version__
 from oomlab.cli import app, console
 from oomlab.cli.render import (
-    figures_table,
-    notes,
-    oom_panel,
     print_manifest_note,
     print_report,
+    print_run,
     relpath,
-    script_failure,
-    workload_line,
 )
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
@@ -192,16 +188,9 @@ def run(exercise: str = EXERCISE) -> None:
         raise machine_error(m, ex)
     if m.stdout.strip():
         console.print(Panel(Text(m.stdout.rstrip()[-3000:]), title="Script output", title_align="left", border_style="dim"))
+    print_run(console, m, ex)
     if m.status in SCRIPT_FAILURES:
-        console.print(script_failure(m, ex))
         raise typer.Exit(1)
-    if m.status == "oom":
-        console.print(oom_panel(m, ex.root))
-    console.print(figures_table(m))
-    for note in notes(m, ex):
-        console.print(Text(f"Note: {note}", style="yellow"))
-    if line := workload_line(m):
-        console.print(Text(line, style="dim"))
     if m.oom:
         console.print(f"It does not fit yet. `oomlab hint {ex.id}` when you want a nudge.")
         raise typer.Exit(1)

@@ -12,7 +12,7 @@ from rich.text import Text
 from oomlab.course.manifest import Exercise
 from oomlab.course.originals import manifest_note
 from oomlab.grading.verdict import Report
-from oomlab.measure.harness import Measurement
+from oomlab.measure.harness import SCRIPT_FAILURES, Measurement
 from oomlab.oom import first_line
 from oomlab.units import format_bytes
 
@@ -151,6 +151,20 @@ def print_manifest_note(console: Console, ex: Exercise) -> None:
     """Name the learner's edited ``exercise.toml``, which grades nothing: the course's own was used."""
     if note := manifest_note(ex):
         console.print(Text(f"Note: {note}", style="yellow"))
+
+
+def print_run(console: Console, m: Measurement, ex: Exercise) -> None:
+    """A run's own figures, as ``oomlab run`` shows them: how it failed, or its OOM and the allocator's figures."""
+    if m.status in SCRIPT_FAILURES:
+        console.print(script_failure(m, ex))
+        return
+    if m.status == "oom":
+        console.print(oom_panel(m, ex.root))
+    console.print(figures_table(m))
+    for note in notes(m, ex):
+        console.print(Text(f"Note: {note}", style="yellow"))
+    if line := workload_line(m):
+        console.print(Text(line, style="dim"))
 
 
 def print_report(console: Console, report: Report) -> None:
