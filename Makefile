@@ -14,14 +14,17 @@ TORCH ?= torch==2.13.0
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 HAS_DRIVER := $(shell command -v nvidia-smi 2>/dev/null)
 PIP := $(BIN)/python -m pip install --quiet
+# torch is the long download: pip's progress bar shows it (and --quiet would hide it).
+PIP_TORCH := $(BIN)/python -m pip install --progress-bar on
+SAY_TORCH := echo "Installing torch into $(VENV): the largest download, a few minutes on a slow line."
 ifeq ($(origin TORCH),command line)
-INSTALL_TORCH := $(PIP) "$(TORCH)"
+INSTALL_TORCH := $(SAY_TORCH) && $(PIP_TORCH) "$(TORCH)"
 else ifneq ($(HAS_DRIVER),)
-INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null || $(PIP) "torch>=2.4"
+INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null || { $(SAY_TORCH) && $(PIP_TORCH) "torch>=2.4"; }
 else
 INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
-	|| $(PIP) --timeout 10 --retries 0 --index-url $(CPU_INDEX) "$(TORCH)" \
-	|| $(PIP) "$(TORCH)"
+	|| { $(SAY_TORCH) && $(PIP_TORCH) --timeout 10 --retries 0 --index-url $(CPU_INDEX) "$(TORCH)"; } \
+	|| $(PIP_TORCH) "$(TORCH)"
 endif
 
 .PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts clean
@@ -29,6 +32,7 @@ endif
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(INSTALL_TORCH)
+	@echo "Installing the course and its tools into $(VENV) (a minute or two)…"
 	$(PIP) -e ".[dev,docs,nbgrader]"
 	touch $@
 
@@ -40,6 +44,8 @@ endif
 
 start: $(BIN)/oomlab torch
 	$(BIN)/oomlab
+	@echo
+	@echo "oomlab is installed in $(VENV), not on your PATH: run $(BIN)/oomlab, or 'source $(BIN)/activate' once in each shell and then oomlab."
 
 # The project's own tests, the house rules, and the course checked against its manifests
 # (on a GPU every seeded bug, fix, wrong fix and cheat is measured; without one those skip).

@@ -46,6 +46,11 @@ def format_bytes(n: float | None) -> str:
     return f"{n:,.0f} B"
 
 
+def in_gib(n: float) -> str:
+    """``5.62 GiB``: a budget or a free-memory need on its own, where nothing stands beside it to compare."""
+    return f"{n / GIB:.2f} GiB"
+
+
 def in_mib(n: float | None, digits: int = 1) -> str:
     """The number alone, for a table whose heading says MiB: ``1,234.5``; ``n/a`` when there is none."""
     return "n/a" if n is None else f"{n / MIB:,.{digits}f}"

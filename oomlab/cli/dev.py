@@ -224,6 +224,16 @@ def figures(
 
 
 @dev_app.command()
+def readme() -> None:
+    """Rewrite README.md's figures (the GPU memory the exercises need) from the manifests and facts.json; no GPU needed."""
+    from oomlab.site.readme import regenerate
+
+    course = Course(working_tree=True)
+    path, changed = regenerate(course)
+    console.print(f"{'Wrote' if changed else 'Already current:'} {relpath(path, course.root)}")
+
+
+@dev_app.command()
 def facts(
     probe: Optional[list[str]] = typer.Option(None, "--probe", help="run only this probe (repeatable); prints, writes nothing"),
     json_path: Optional[Path] = typer.Option(

@@ -36,6 +36,7 @@ from oomlab.measure import warm
 from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
 from oomlab.measure.machine import has_nvidia_driver, machine_error
 from oomlab.steps import step
+from oomlab.units import in_gib
 
 EXERCISE = typer.Argument(..., help="exercise id or number")
 
@@ -66,13 +67,9 @@ def current(course: Course, progress: Progress) -> Exercise | None:
     return next((e for e in course.exercises if not progress.passed(e.id)), None)
 
 
-def gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
-
-
 def next_steps(ex: Exercise) -> Text:
     rows = (
-        (f"oomlab run {ex.id}", f"run it under its {gib(ex.budget_bytes)} budget and see what happens"),
+        (f"oomlab run {ex.id}", f"run it under its {in_gib(ex.budget_bytes)} budget and see what happens"),
         (f"oomlab check {ex.id}", "grade your fix"),
         (f"oomlab hint {ex.id}", "a hint; one more each time you ask"),
         ("oomlab watch", "re-check on every save"),
@@ -164,7 +161,7 @@ def list_exercises() -> None:
                 status = Text("passed", style="green")
             else:
                 status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
-            table.add_row(str(i), e.id, e.title, step(e.step).label, gib(e.budget_bytes), status)
+            table.add_row(str(i), e.id, e.title, step(e.step).label, in_gib(e.budget_bytes), status)
         table.add_section()
     for i, ex_id in enumerate(course.broken, len(course.exercises) + 1):
         table.add_row(str(i), ex_id, Text(course.problem(ex_id), style="red"), "", "", Text("broken", style="bold red"))
@@ -172,7 +169,7 @@ def list_exercises() -> None:
 
 
 def measuring(ex: Exercise, what: str = "Measuring"):
-    return console.status(f"{what} {ex.id} in a process of its own under its {gib(ex.budget_bytes)} budget…")
+    return console.status(f"{what} {ex.id} in a process of its own under its {in_gib(ex.budget_bytes)} budget…")
 
 
 @app.command()
@@ -373,8 +370,8 @@ def doctor() -> None:
         raise typer.Exit(1)
     if not ready:
         console.print(
-            "Measuring (`oomlab run`, `check`, `watch`, `dev verify`) needs what is marked FAIL. "
-            "Without it, `oomlab list`, `hint`, `reset` and the course pages still work."
+            "Measuring (`oomlab run`, `check`, `watch`, the tools on a script, `dev verify`) needs what is marked FAIL. "
+            "Without it, `oomlab list`, `hint`, `interview`, `reset`, and `snapshot` and `compare` on saved snapshots still work."
         )
         raise typer.Exit(1)
     console.print(Text("Ready: every exercise can be measured here.", style="green"))
