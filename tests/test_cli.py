@@ -134,7 +134,7 @@ def test_check_without_a_gpu(root):
     rc, out = oomlab(root, "check", "eval-graphs")
     assert rc == 2
     assert "No CUDA GPU is visible" in out
-    assert "`oomlab list`, `hint`, `reset` and `doctor` still work" in out
+    assert "`oomlab list`, `hint`, `interview` and `reset` still work" in out and "`oomlab doctor` lists them" in out
 
 
 def test_run_with_the_file_deleted_then_reset(root):

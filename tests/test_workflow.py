@@ -255,12 +255,17 @@ def test_a_finished_run_carries_its_figures(monkeypatch, tmp_path):
         (["hunt", "a" * 5000 + ".py"], "is too long to be a file name or an exercise id"),
         (["snapshot", "a" * 5000 + ".pickle"], "is too long to be a file name or an exercise id"),
         (["snapshot", "snapshto.pickle"], "No snapshot at snapshto.pickle"),
+        (["hunt", "mem.pickle"], "mem.pickle is a pickle (an allocator snapshot?), not a training script"),
+        (["diagnose", "mem.pickle"], "`oomlab snapshot mem.pickle` analyzes a snapshot, and `oomlab compare A B`"),
+        (["profile", "dump.bin"], "dump.bin is a pickle (an allocator snapshot?), not a training script"),
     ],
     ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
 )
 def test_a_bad_target_or_option_gets_one_clear_message(tmp_path, args, message):
     (tmp_path / "train.py").write_text("import torch\n")
     (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "mem.pickle").write_bytes(pickle.dumps({"segments": []}))
+    (tmp_path / "dump.bin").write_bytes(pickle.dumps({"segments": []}))  # a snapshot by its bytes, whatever its name
     (tmp_path / "somefolder").mkdir()
     (tmp_path / "somefolder" / "model.py").write_text("\n")
     done = oomlab(tmp_path, *args)

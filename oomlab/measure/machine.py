@@ -24,11 +24,7 @@ def machine_error(m, exercise) -> OomLabError:
     if m.status == "torch_too_old":
         return OomLabError(f"{m.message}; the course needs torch 2.4 or newer.", "Upgrade it: pip install -U torch")
     if m.status == "no_cuda":
-        return OomLabError(
-            f"No CUDA GPU is visible: {m.message}.",
-            "Measuring needs an NVIDIA GPU. Without one, `oomlab list`, `hint`, `reset` and `doctor` still work, "
-            "and the course pages read fine.",
-        )
+        return OomLabError(f"No CUDA GPU is visible: {m.message}.", WITHOUT_A_GPU)
     if m.status == "gpu_too_small":
         return OomLabError(
             f"This GPU ({m.gpu}, {m.gpu_total_bytes / GIB:.2f} GiB) is smaller than {exercise.id}'s budget of {budget}.",
@@ -48,6 +44,12 @@ def machine_error(m, exercise) -> OomLabError:
 CONTEXT_BYTES = 1 * GIB
 
 
+WITHOUT_A_GPU = (
+    "Measuring needs an NVIDIA GPU. Without one, `oomlab list`, `hint`, `interview` and `reset` still work, and "
+    "`oomlab snapshot` and `compare` read snapshots saved elsewhere; `oomlab doctor` lists them."
+)
+
+
 def has_nvidia_driver() -> bool:
     """Whether this machine has an NVIDIA driver at all (``nvidia-smi`` on the PATH, or ``/proc/driver/nvidia``)."""
     return shutil.which("nvidia-smi") is not None or os.path.exists("/proc/driver/nvidia")
@@ -64,6 +66,7 @@ def without_a_gpu() -> list[tuple[str, str]]:
     works = [
         ("oomlab list", "every exercise and your progress (`oomlab` alone: what to do next)"),
         ("oomlab hint ID", "the hints, one more each time"),
+        ("oomlab interview ID", "the interview question an exercise prepares you for (--answer: a model answer)"),
         ("oomlab reset ID", "the original exercise back, your version kept"),
     ]
     source = next((p for p in places if p is not None and (p / "Makefile").is_file() and (p / "course").is_dir()), None)
@@ -76,6 +79,7 @@ def without_a_gpu() -> list[tuple[str, str]]:
             shown = snapshots[0].resolve()
             shown = shown.relative_to(cwd) if shown.is_relative_to(cwd) else shown
             works.append((f"oomlab snapshot {shown}", "read a snapshot the course ships, taken on a real GPU"))
+            works.append(("oomlab compare A.pickle B.pickle", "two snapshots side by side (the bug's and the fix's)"))
     return works
 
 

@@ -107,6 +107,17 @@ def files_in(folder: Path, pattern: str = "*.py", limit: int = 5) -> str:
     return ", ".join(names[:limit]) + more
 
 
+def is_pickle(path: Path) -> bool:
+    """A snapshot's name, or a pickle's first byte (protocol 2 and later): what no Python script starts with."""
+    if path.suffix.lower() in (".pickle", ".pkl"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x80"
+    except OSError:
+        return False  # unreadable: the run says so
+
+
 def resolve(words: list[str], budget: str | None = None, time_limit_s: float | None = None) -> Target:
     """An exercise id (or number) runs that exercise's current file under its budget; a path runs that script.
 
@@ -125,6 +136,11 @@ def resolve(words: list[str], budget: str | None = None, time_limit_s: float | N
         raise OomLabError(
             f"{shown(first)} is a folder, not a training script.",
             f"Give a script in it ({scripts})." if scripts else "Give the path of a Python training script, or an exercise id.",
+        )
+    if kind == "file" and is_pickle(path):
+        raise OomLabError(
+            f"{shown(first)} is a pickle (an allocator snapshot?), not a training script: this command runs a script.",
+            f"`oomlab snapshot {shown(first)}` analyzes a snapshot, and `oomlab compare A B` sets two side by side.",
         )
     if kind == "file":
         return Target(
