@@ -180,20 +180,26 @@ def test_solution_opens_only_once_passed(root):
     assert "no_grad" in out  # the reference fix, shown as a diff
 
 
-def test_a_malformed_manifest_blocks_only_its_own_exercise(root):
-    n = len(ids(root))  # the broken one is numbered after the rest
+def test_a_malformed_manifest_blocks_only_its_own_exercise_and_renumbers_nothing(root):
+    every = ids(root)
+    n, k = len(every), every.index("one-hot-peak") + 1  # its number stays its own
+    after = every[k]  # the exercise after it keeps its number too: `oomlab hint K+1` opens the same one
     path = root / "exercises" / "one-hot-peak" / "exercise.toml"
     path.write_text(path.read_text().replace("order = 12", "order = = 12"))
     rc, out = oomlab(root, "list")
     assert rc == 0
-    assert re.search(rf"{n} one-hot-peak exercises/one-hot-peak/exercise.toml is not valid TOML.* broken", out), out
+    assert re.search(rf"{k} one-hot-peak exercises/one-hot-peak/exercise.toml is not valid TOML.* broken", out), out
+    assert f" {k + 1} {after} " in out
     rc, out = oomlab(root)
     assert rc == 0 and f"0/{n} exercises passed" in out
-    assert f"{n}. one-hot-peak broken: exercises/one-hot-peak/exercise.toml is not valid TOML" in out
+    assert f"{k}. one-hot-peak broken: exercises/one-hot-peak/exercise.toml is not valid TOML" in out
+    assert f"{k + 1}. {after} " in out
+    rc, out = oomlab(root, "hint", str(k + 1))
+    assert rc == 0 and f"Hint 1 of 3 for {after}" in out
     for command in ("hint", "reset", "run", "check", "solution"):
         rc, out = oomlab(root, command, "one-hot-peak")
         assert rc == 2 and f"{path} is not valid TOML" in out, (command, out)
-    rc, out = oomlab(root, "hint", str(n))  # by its number in `oomlab list`, too
+    rc, out = oomlab(root, "hint", str(k))  # by its number in `oomlab list`, too
     assert rc == 2 and f"{path} is not valid TOML" in out
     rc, out = oomlab(root, "hint", "eval-graphs")
     assert rc == 0 and "Hint 1 of 3 for eval-graphs" in out

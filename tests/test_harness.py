@@ -209,14 +209,18 @@ def test_timeout_stops_the_script_and_what_it_started(tmp_path, runner):
             time.sleep(0.05)
         """,
     )
-    # The limit leaves the measuring process time to import torch and start the script even on a
-    # loaded machine (twelve test workers on a GPU host took over 6 s).
-    m = ran(run(script, time_limit_s=15, **runner), runner)
-    assert m.status == "timeout"
-    assert "limit of 15 s" in m.message
-    assert 15 <= m.process_s < 40
+    # The limit includes importing torch, which on a loaded machine can take longer than 15 s: the script must
+    # have started its child for the test to mean anything, so a run that timed out first is tried once more
+    # under a limit no load reaches, rather than failing for what the machine was doing.
+    for limit in (15, 90):
+        m = ran(run(script, time_limit_s=limit, **runner), runner)
+        assert m.status == "timeout"
+        assert f"limit of {limit} s" in m.message
+        assert limit <= m.process_s < limit + 30
+        if pid_file.exists():
+            break
     # The whole process group is killed, not just the measuring process.
-    assert pid_file.exists(), "the script did not get to start its own child within 15 s"
+    assert pid_file.exists(), "the script did not get to start its own child within 90 s"
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while process_state(pid) not in (None, "Z") and time.monotonic() < deadline:

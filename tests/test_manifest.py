@@ -251,12 +251,19 @@ def test_a_broken_manifest_blocks_only_its_own_exercise(course_copy):
     assert [e.id for e in course.exercises] == [e for e in every if e != "eval-graphs"]
     assert list(course.broken) == ["eval-graphs"]
     assert course.problem("eval-graphs").startswith("exercises/eval-graphs/exercise.toml is not valid TOML")
-    for key in ("eval-graphs", str(len(every))):  # by id, or by its number: the broken ones come after the rest
+    number = every.index("eval-graphs") + 1
+    assert course.ids_in_order == every, "a broken manifest keeps its number, and so does every other exercise"
+    for key in ("eval-graphs", str(number)):  # by id, or by its number
         with pytest.raises(OomLabError) as err:
             course.get(key)
         assert f"{path} is not valid TOML" in str(err.value)
-    after = every[every.index("eval-graphs") + 1]
-    assert course.get(str(every.index("eval-graphs") + 1)).id == after
+    after = every[number]
+    assert course.get(str(number + 1)).id == after and course.number(after) == number + 1
+    # Where nothing says where it belongs (no order line, no shipped copy), a broken exercise comes after the rest.
+    from oomlab.course.modules import MODULES
+
+    rank = {m.name: i for i, m in enumerate(MODULES)}
+    assert course._place_of_broken("no-such-exercise", rank) == (len(MODULES), 0, "no-such-exercise")
     with pytest.raises(OomLabError, match="Did you mean 'eval-graphs'"):
         course.get("eval-graph")
     # The graders, the site and `oomlab dev` keep the strict default: the first broken manifest is the error.

@@ -107,12 +107,15 @@ def overview(
     rows = Table.grid(padding=(0, 1))
     for col in ("mark", "n", "id", "title"):
         rows.add_column(col, no_wrap=col != "title")
-    for i, e in enumerate(course.exercises, 1):
+    by_id = {e.id: e for e in course.exercises}
+    for i, ex_id in enumerate(course.ids_in_order, 1):
+        if ex_id in course.broken:
+            rows.add_row(" ✗", f"{i}.", ex_id, f"broken: {course.problem(ex_id)}", style="red")
+            continue
+        e = by_id[ex_id]
         mark = "✓" if progress.passed(e.id) else ("→" if e is ex else "·")
         style = "green" if mark == "✓" else ("bold" if mark == "→" else "dim")
         rows.add_row(f" {mark}", f"{i}.", e.id, f"{e.title}  [{step(e.step).label}]", style=style)
-    for i, ex_id in enumerate(course.broken, len(course.exercises) + 1):
-        rows.add_row(" ✗", f"{i}.", ex_id, f"broken: {course.problem(ex_id)}", style="red")
     console.print(rows)
     if course.broken:
         console.print(Text("Fix the broken exercise.toml named above; the other exercises work meanwhile.", style="red"))
@@ -150,7 +153,7 @@ def list_exercises() -> None:
     table = Table(header_style="bold")
     for col in ("#", "exercise", "title", "workflow step", "budget", "status"):
         table.add_column(col)
-    numbered = list(enumerate(course.exercises, 1))
+    numbered = [(course.number(e.id), e) for e in course.exercises]
     for module in MODULES:
         rows = [(i, e) for i, e in numbered if e.module == module.name]
         if not rows:
@@ -163,8 +166,10 @@ def list_exercises() -> None:
                 status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
             table.add_row(str(i), e.id, e.title, step(e.step).label, in_gib(e.budget_bytes), status)
         table.add_section()
-    for i, ex_id in enumerate(course.broken, len(course.exercises) + 1):
-        table.add_row(str(i), ex_id, Text(course.problem(ex_id), style="red"), "", "", Text("broken", style="bold red"))
+    for ex_id in course.broken:  # listed last, under the number that is theirs
+        table.add_row(
+            str(course.number(ex_id)), ex_id, Text(course.problem(ex_id), style="red"), "", "", Text("broken", style="bold red")
+        )
     console.print(table)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from pathlib import Path
 
 from oomlab.course.manifest import MANIFEST, Exercise, load_exercise
@@ -101,6 +102,29 @@ class Course:
             raise next(iter(self.broken.values()))
         rank = {m.name: i for i, m in enumerate(MODULES)}
         self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (rank[e.module], e.order, e.id))
+        # Every exercise's number in `oomlab list`, a broken one's too, at the place its manifest gives it: a
+        # learner's broken manifest must not renumber the others (`oomlab hint 6` would open another exercise).
+        places = [((rank[e.module], e.order, e.id), e.id) for e in self.exercises]
+        places += [(self._place_of_broken(name, rank), name) for name in self.broken]
+        self.ids_in_order: list[str] = [ex_id for _, ex_id in sorted(places)]
+
+    def _place_of_broken(self, name: str, rank: dict[str, int]) -> tuple[int, int, str]:
+        """Where a manifest that does not load belongs: its ``module`` and ``order`` lines, or the shipped copy's."""
+        shipped = shipped_root()
+        for path in (self.root / "exercises" / name / MANIFEST, *([shipped / "exercises" / name / MANIFEST] if shipped else [])):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            module = re.search(r'^\s*module\s*=\s*"([^"]+)"\s*$', text, re.M)
+            order = re.search(r"^\s*order\s*=\s*(\d+)\s*$", text, re.M)
+            if module and order and module[1] in rank:
+                return (rank[module[1]], int(order[1]), name)
+        return (len(rank), 0, name)  # nothing says where: after the rest
+
+    def number(self, ex_id: str) -> int:
+        """The exercise's number in ``oomlab list``, the same whether or not another manifest is broken."""
+        return self.ids_in_order.index(ex_id) + 1
 
     def _load(self, folder: Path, solutions: Path) -> Exercise:
         """The exercise in ``folder``, from the manifest this course reads (see the class's docstring)."""
@@ -125,20 +149,18 @@ class Course:
         return self.broken[ex_id].what.replace(f"{self.root}{os.sep}", "").splitlines()[0]
 
     def get(self, key: str) -> Exercise:
-        """An exercise by id, or by its number in ``oomlab list`` (the broken ones are numbered after the rest).
+        """An exercise by id, or by its number in ``oomlab list`` (:meth:`number`).
 
         A broken exercise raises its manifest's error.
         """
         by_id = {e.id: e for e in self.exercises}
+        number = int(key) if key.isascii() and key.isdigit() and len(key) < 10 else 0
+        if 1 <= number <= len(self.ids_in_order):
+            key = self.ids_in_order[number - 1]
         if key in by_id:
             return by_id[key]
         if key in self.broken:
             raise self.broken[key]
-        number = int(key) if key.isascii() and key.isdigit() and len(key) < 10 else 0
-        if 1 <= number <= len(self.exercises):
-            return self.exercises[number - 1]
-        if 1 <= number - len(self.exercises) <= len(self.broken):
-            raise list(self.broken.values())[number - len(self.exercises) - 1]
         known = [*by_id, *self.broken]
         close = difflib.get_close_matches(key, known, n=1)
         suggestion = f"Did you mean {close[0]!r}? " if close else ""
