@@ -346,3 +346,19 @@ def test_a_very_long_argument_is_a_clear_and_short_message(root, tmp_path):
     assert rc == 2 and "There is no exercise" in out and "(5,000 characters)" in out and len(out) < 1000
     rc, out = oomlab(root, "init", str(tmp_path / long))
     assert rc == 2 and "File name too long" in out and len(out) < 1000
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_ids_and_commands_are_never_cut_or_run_together(root, columns):
+    """An id or a command is copied into the next command: at 80 columns it stays whole, apart from its words."""
+    every = ids(root)
+    rc, out = oomlab(root, "list", columns=columns, raw=True)
+    assert rc == 0
+    words = out.split()
+    assert all(ex_id in words for ex_id in every), [e for e in every if e not in words]
+    assert "status" in words, "every column still shows"
+    rc, out = oomlab(root, columns=columns, raw=True)
+    lines = out.splitlines()
+    for command in (f"oomlab run {every[0]}", f"oomlab check {every[0]}", "oomlab watch"):
+        line = next((line for line in lines if command in line), "")
+        assert re.search(rf"{re.escape(command)}\s{{2,}}\S", line), (command, out)  # whole, then room, then its words

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
+from rich.console import Group
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.syntax import Syntax
@@ -35,7 +37,7 @@ from oomlab.grading.verdict import Report, grade
 from oomlab.measure import warm
 from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
 from oomlab.measure.machine import has_nvidia_driver, machine_error
-from oomlab.steps import step
+from oomlab.steps import STEPS, step
 from oomlab.units import in_gib
 
 EXERCISE = typer.Argument(..., help="exercise id or number")
@@ -67,18 +69,20 @@ def current(course: Course, progress: Progress) -> Exercise | None:
     return next((e for e in course.exercises if not progress.passed(e.id)), None)
 
 
-def next_steps(ex: Exercise) -> Text:
+def next_steps(ex: Exercise) -> Group:
+    """What to do now: each command whole on its line (never cut, never run into its words), its words beside it."""
     rows = (
         (f"oomlab run {ex.id}", f"run it under its {in_gib(ex.budget_bytes)} budget and see what happens"),
         (f"oomlab check {ex.id}", "grade your fix"),
         (f"oomlab hint {ex.id}", "a hint; one more each time you ask"),
         ("oomlab watch", "re-check on every save"),
     )
-    text = Text(f"Edit {relpath(ex.learner_path, ex.root)}, then:\n")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="bold cyan")
+    grid.add_column()
     for cmd, what in rows:
-        text.append(f"  {cmd:<28}", style="bold cyan")
-        text.append(f"{what}\n")
-    return text
+        grid.add_row(f"  {cmd}", what)
+    return Group(Text(f"Edit {relpath(ex.learner_path, ex.root)}, then:"), grid)
 
 
 def show_version(value: bool) -> None:
@@ -150,9 +154,13 @@ def list_exercises() -> None:
     """All exercises, module by module, with their status."""
     course, progress = load()
     ex_now = current(course, progress)
-    table = Table(header_style="bold")
-    for col in ("#", "exercise", "title", "workflow step", "budget", "status"):
-        table.add_column(col)
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD)  # no column rules: the room goes to the words
+    # Fixed widths, the title taking what is left: an id is copied into the next command, so it is never cut (the
+    # module headings beside the ids wrap instead), and at 80 columns every column still shows.
+    longest = max((len(ex_id) for ex_id in course.ids_in_order), default=8)
+    widths = {"#": len(str(len(course.ids_in_order))), "exercise": longest, "step": 4, "budget": 8, "status": 7}
+    for col in ("#", "exercise", "title", "step", "budget", "status"):
+        table.add_column(col, width=widths.get(col), no_wrap=col in ("#", "step", "budget", "status"))
     numbered = [(course.number(e.id), e) for e in course.exercises]
     for module in MODULES:
         rows = [(i, e) for i, e in numbered if e.module == module.name]
@@ -164,13 +172,13 @@ def list_exercises() -> None:
                 status = Text("passed", style="green")
             else:
                 status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
-            table.add_row(str(i), e.id, e.title, step(e.step).label, in_gib(e.budget_bytes), status)
+            table.add_row(str(i), Text(e.id, no_wrap=True), e.title, str(step(e.step).number), in_gib(e.budget_bytes), status)
         table.add_section()
     for ex_id in course.broken:  # listed last, under the number that is theirs
-        table.add_row(
-            str(course.number(ex_id)), ex_id, Text(course.problem(ex_id), style="red"), "", "", Text("broken", style="bold red")
-        )
+        problem = Text(course.problem(ex_id), style="red")
+        table.add_row(str(course.number(ex_id)), Text(ex_id, no_wrap=True), problem, "", "", Text("broken", style="bold red"))
     console.print(table)
+    console.print("Steps: " + ", ".join(s.label for s in STEPS) + ".", style="dim")
 
 
 def measuring(ex: Exercise, what: str = "Measuring"):

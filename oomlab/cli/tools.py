@@ -114,7 +114,7 @@ def show(name: str, result: dict, out_dir: Path, present=None) -> None:
         pictures = []
         console.print(Text(f"Could not draw the pictures: {type(err).__name__}: {err}", style="yellow"))
     for picture in pictures:
-        console.print(Text(f"Picture: {picture}", style="dim"))
+        console.print(Text(f"Picture: {picture}", style="dim"), soft_wrap=True)  # a path is copied whole, never broken
 
 
 def tool_command(name: str, summary: str) -> None:
