@@ -11,6 +11,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 COURSE = ("exercises", "solutions", "graders")
+# Two allocator snapshots taken on a real GPU, the seeded bug's and the fix's of one exercise, so that a course
+# installed on a machine without a GPU still has snapshots for `oomlab snapshot` and `oomlab compare` to read.
+SNAPSHOTS = ("feature-cache-bug-snapshot.pickle", "feature-cache-fix-snapshot.pickle")
 
 
 class BuildWithCourse(build_py):
@@ -27,6 +30,9 @@ class BuildWithCourse(build_py):
                 dirs_exist_ok=True,
                 ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"),
             )
+        (target / "snapshots").mkdir(exist_ok=True)
+        for name in SNAPSHOTS:
+            shutil.copyfile(here / "course" / "figures" / name, target / "snapshots" / name)
 
 
 setup(cmdclass={"build_py": BuildWithCourse})

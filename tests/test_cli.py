@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -237,10 +238,47 @@ def test_doctor_on_a_machine_with_no_nvidia_driver_says_so_and_lists_what_still_
     assert ("fail", "GPU") in {(level, item) for level, item, _ in rows}
     assert not any("install a CUDA build" in finding for *_, finding in rows)
     works = " ".join(cmd for cmd, _ in machine.without_a_gpu())
-    for command in ("oomlab hint ID", "oomlab reset ID", "oomlab list", "make docs"):
+    for command in ("oomlab hint ID", "oomlab interview ID", "oomlab reset ID", "oomlab list", "make docs"):
         assert command in works
-    shipped = sorted((REPO / "course" / "figures").glob("*-snapshot.pickle"))[0].name  # one the reader has
-    assert f"oomlab snapshot course/figures/{shipped}" in works
+    bug = sorted((REPO / "course" / "figures").glob("*-bug-snapshot.pickle"))[0].name  # one the reader has
+    fix = bug.replace("-bug-", "-fix-")
+    assert f"oomlab snapshot course/figures/{bug}" in works
+    assert f"oomlab compare course/figures/{bug} course/figures/{fix}" in works
+
+
+def test_a_course_installed_from_a_wheel_offers_the_snapshots_the_wheel_ships(tmp_path, monkeypatch):
+    """No checkout, no GPU: ``oomlab init`` copied the wheel's two snapshots, and doctor points at them."""
+    from oomlab.course import shipped
+    from oomlab.measure import machine
+
+    wheel = tmp_path / "site-packages" / "oomlab" / "_course"
+    for folder in ("exercises", "graders"):
+        shutil.copytree(REPO / folder, wheel / folder)
+    (wheel / shipped.SNAPSHOTS).mkdir()
+    for side in ("bug", "fix"):  # as setup.py ships them
+        shutil.copyfile(
+            REPO / "course" / "figures" / f"feature-cache-{side}-snapshot.pickle",
+            wheel / shipped.SNAPSHOTS / f"feature-cache-{side}-snapshot.pickle",
+        )
+    monkeypatch.setattr(shipped, "shipped_root", lambda: wheel)
+    shipped.init_course(tmp_path / "mine")
+    assert sorted(p.name for p in (tmp_path / "mine" / "snapshots").iterdir()) == [
+        "feature-cache-bug-snapshot.pickle",
+        "feature-cache-fix-snapshot.pickle",
+    ]
+    monkeypatch.chdir(tmp_path / "mine")
+    monkeypatch.setenv("OOMLAB_ROOT", str(tmp_path / "mine"))
+    works = " ".join(cmd for cmd, _ in machine.without_a_gpu())
+    assert "oomlab compare snapshots/feature-cache-bug-snapshot.pickle snapshots/feature-cache-fix-snapshot.pickle" in works
+    assert "make docs" not in works, "a pip-installed course has no site to build"
+
+
+def test_the_wheel_ships_snapshots_that_exist():
+    import ast
+
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "SNAPSHOTS")
+    assert names and all((REPO / "course" / "figures" / name).is_file() for name in names), names
 
 
 def test_doctor_with_a_driver_and_a_cpu_only_torch_says_to_install_a_cuda_build(monkeypatch):

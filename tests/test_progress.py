@@ -353,3 +353,13 @@ def test_reset_keeps_a_version_that_is_not_utf8(ex):
     backup = reset(ex)
     assert backup.read_bytes() == b"# caf\xe9\n"
     assert ex.learner_path.read_text() == pristine_source(ex)
+
+
+def test_a_read_only_filesystem_is_named_as_such_not_answered_with_chmod(tmp_path, monkeypatch):
+    def refuse(self, other):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "replace", refuse)
+    with pytest.raises(CannotWrite) as err:
+        write_atomic(tmp_path / "kept.txt", "new")
+    assert "read-only" in err.value.todo and "chmod" not in err.value.todo

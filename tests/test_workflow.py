@@ -194,6 +194,14 @@ def test_tools_bad_input_gets_one_message(tmp_path):
         assert done.returncode == 2 and message in out, (args, out)
 
 
+def test_a_deleted_exercise_file_under_a_tool_points_at_reset(course_copy):
+    (course_copy / "exercises" / "eval-graphs" / "train.py").unlink()
+    done = oomlab(course_copy, "snapshot", "eval-graphs")
+    out = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2, out
+    assert "the file does not exist" in out and "`oomlab reset eval-graphs` puts the exercise's original back" in out, out
+
+
 def fake_run(monkeypatch, tmp_path, **measured):
     """run_tool with the measuring process replaced: what the probe wrote and how the run ended are given."""
     from oomlab.measure.harness import Measurement

@@ -23,6 +23,7 @@ __all__ = ["COPIED", "init_course", "is_bundled", "is_source", "shipped_root"]
 
 PACKAGE = Path(__file__).resolve().parents[1]
 COPIED = ("exercises", "graders")  # what a learner's folder gets; solutions stay in the package
+SNAPSHOTS = "snapshots"  # in a wheel: two snapshots taken on a GPU (setup.py), copied too, for a machine without one
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 
 
@@ -79,6 +80,8 @@ def init_course(dest: Path) -> list[Path]:
     try:
         for folder in COPIED:
             shutil.copytree(shipped / folder, dest / folder, ignore=IGNORED)
+        if (shipped / SNAPSHOTS).is_dir():  # a wheel's snapshots from a real GPU, to read where there is none
+            shutil.copytree(shipped / SNAPSHOTS, dest / SNAPSHOTS, ignore=IGNORED)
         state = StateDir(dest)
         for ex in course.exercises:  # the script's original for `reset`, and the manifest that grades
             write_atomic(state.original(ex.id, ex.file), ex.learner_path.read_text(encoding="utf-8"))

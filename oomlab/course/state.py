@@ -76,7 +76,9 @@ def _nearest_existing(path: Path) -> Path:
 
 def _todo(path: Path, err: OSError) -> str:
     code = err.errno
-    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if code == errno.EROFS:  # no permission bit helps on a filesystem mounted read-only
+        return "The filesystem there is read-only: work in a folder on a writable disk (oomlab init makes one), then try again."
+    if code in (errno.EACCES, errno.EPERM):
         where = _nearest_existing(path.parent)
         return f"Make sure you may write in {shown(where)} (for example: chmod u+w {shown(where)}), then try again."
     if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):

@@ -58,7 +58,7 @@ def has_nvidia_driver() -> bool:
 def without_a_gpu() -> list[tuple[str, str]]:
     """What still works on a machine with no NVIDIA GPU: (command, what it gives), for ``oomlab doctor``."""
     from oomlab.course import find_root
-    from oomlab.course.shipped import shipped_root
+    from oomlab.course.shipped import SNAPSHOTS, shipped_root
 
     places = [shipped_root()]
     with contextlib.suppress(OomLabError):
@@ -69,18 +69,25 @@ def without_a_gpu() -> list[tuple[str, str]]:
         ("oomlab interview ID", "the interview question an exercise prepares you for (--answer: a model answer)"),
         ("oomlab reset ID", "the original exercise back, your version kept"),
     ]
-    source = next((p for p in places if p is not None and (p / "Makefile").is_file() and (p / "course").is_dir()), None)
+    places = [p for p in places if p is not None]
+    source = next((p for p in places if (p / "Makefile").is_file() and (p / "course").is_dir()), None)
     if source is not None:
         here = "" if source.resolve() == Path.cwd().resolve() else f" (in {source})"
         works.append(("make docs", f"the course site, with every exercise's pages and pictures{here}"))
-        snapshots = sorted((source / "course" / "figures").glob("*-snapshot.pickle"))
-        if snapshots:
-            cwd = Path.cwd().resolve()
-            shown = snapshots[0].resolve()
-            shown = shown.relative_to(cwd) if shown.is_relative_to(cwd) else shown
-            works.append((f"oomlab snapshot {shown}", "read a snapshot the course ships, taken on a real GPU"))
-            works.append(("oomlab compare A.pickle B.pickle", "two snapshots side by side (the bug's and the fix's)"))
+    # Snapshots taken on a real GPU: a checkout's figures, or the two a wheel ships (oomlab init copies them).
+    folders = [folder for p in places for folder in (p / "course" / "figures", p / SNAPSHOTS)]  # the learner's first
+    bug = next((f for folder in folders for f in sorted(folder.glob("*-bug-snapshot.pickle"))), None)
+    fix = bug.with_name(bug.name.replace("-bug-", "-fix-")) if bug else None
+    if bug is not None:
+        works.append((f"oomlab snapshot {_from_here(bug)}", "read a snapshot the course ships, taken on a real GPU"))
+    if fix is not None and fix.is_file():
+        works.append((f"oomlab compare {_from_here(bug)} {_from_here(fix)}", "the bug's snapshot and the fix's, side by side"))
     return works
+
+
+def _from_here(path: Path) -> Path:
+    cwd, path = Path.cwd().resolve(), path.resolve()
+    return path.relative_to(cwd) if path.is_relative_to(cwd) else path
 
 
 def gpu_free_bytes() -> int | None:

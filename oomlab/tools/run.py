@@ -261,9 +261,15 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
         )
     result_path = out_dir / f"{tool}.json"
     if m.status in ("missing", "syntax", "timeout", "crashed") or not result_path.is_file():
+        if m.status == "missing" and target.exercise:
+            todo = f"`oomlab reset {target.exercise.id}` puts the exercise's original back, then try again."
+        elif target.exercise:
+            todo = f"Fix the script so it runs (`oomlab run {target.exercise.id}` shows why), then try again."
+        else:
+            todo = f"Fix the script so it runs (`python {target.script.name}` shows why), then try again."
         raise OomLabError(
             f"{tool} could not analyze {target.script.name}: {m.ending()}" + (f" ({m.tool_error})" if m.tool_error else ""),
-            "Fix the script so it runs (`oomlab run` or python shows why), then try again.",
+            todo,
         )
     result = json.loads(result_path.read_text(encoding="utf-8"))
     result.setdefault("budget_bytes", target.budget_bytes)
