@@ -132,9 +132,14 @@ def test_check_with_a_syntax_error(root):
 
 
 def test_check_without_a_gpu(root):
+    from oomlab.measure.machine import has_nvidia_driver
+
     rc, out = oomlab(root, "check", "eval-graphs")
     assert rc == 2
-    assert "No CUDA GPU is visible" in out
+    if has_nvidia_driver():  # a driver, no GPU visible (CUDA_VISIBLE_DEVICES=""): torch is asked
+        assert "No CUDA GPU is visible" in out
+    else:  # no driver at all: said at once, before torch is imported
+        assert "has no NVIDIA driver" in out and "grading eval-graphs needs an NVIDIA GPU" in out, out
     assert "`oomlab list`, `hint`, `interview` and `reset` still work" in out and "`oomlab doctor` lists them" in out
 
 

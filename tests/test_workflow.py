@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from oomlab.errors import OomLabError
+from oomlab.measure import machine
 from oomlab.measure.harness import measure
+from oomlab.measure.machine import has_nvidia_driver
 from oomlab.steps import fix_first as summarize
 from oomlab.tools.run import resolve
 from oomlab.units import MIB, parse_size
@@ -185,7 +187,8 @@ def test_tools_bad_input_gets_one_message(tmp_path):
         ("snapshot", "corrupt.pickle"): "not a readable pickle",
         ("snapshot", "foreign.pickle"): "snapshot format",
         ("hunt", "missing.py"): "does not exist",
-        ("diagnose", "train.py"): "sees no CUDA device",
+        # No GPU here: where there is no driver at all that is said before torch is imported, else torch says it.
+        ("diagnose", "train.py"): "sees no CUDA device" if has_nvidia_driver() else "has no NVIDIA driver",
         ("profile", "train.py", "--budget", "lots"): "not a memory size",
     }
     for args, message in cases.items():
@@ -206,6 +209,8 @@ def fake_run(monkeypatch, tmp_path, **measured):
     """run_tool with the measuring process replaced: what the probe wrote and how the run ended are given."""
     from oomlab.measure.harness import Measurement
     from oomlab.tools import run as workflow
+
+    monkeypatch.setattr(machine, "has_nvidia_driver", lambda: True)  # as on a GPU machine: the run is what is faked
 
     def fake_measure(script, tool, **kwargs):
         out = Path(tool["out_dir"])
@@ -319,6 +324,7 @@ def test_a_run_folder_is_removed_only_when_the_run_left_it_empty(monkeypatch, tm
         return Measurement(script=str(script), status="no_cuda", message="no GPU")
 
     monkeypatch.setattr(workflow, "measure", no_gpu)
+    monkeypatch.setattr(machine, "has_nvidia_driver", lambda: True)  # a driver, but torch sees no GPU
     with pytest.raises(OomLabError, match="could not be measured here"):
         workflow.run_tool(resolve([str(script)]), "hunt")
     assert not (tmp_path / ".oomlab").exists()

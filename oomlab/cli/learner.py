@@ -36,7 +36,7 @@ from oomlab.course.state import StateDir, read_error, require_readable
 from oomlab.grading.verdict import Report, grade
 from oomlab.measure import warm
 from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
-from oomlab.measure.machine import has_nvidia_driver, machine_error
+from oomlab.measure.machine import has_nvidia_driver, machine_error, refuse_without_a_driver
 from oomlab.steps import STEPS, step
 from oomlab.units import in_gib
 
@@ -192,6 +192,7 @@ def run(exercise: str = EXERCISE) -> None:
     ex = course.get(exercise)
     readable(ex)
     print_manifest_note(console, ex)
+    refuse_without_a_driver(ex.learner_path, f"running {ex.id}")
     with measuring(ex, "Running"):
         m = measure_exercise_file(ex, ex.learner_path)
     if m.status in MACHINE_PROBLEMS:
@@ -209,6 +210,7 @@ def run(exercise: str = EXERCISE) -> None:
 
 def grade_and_show(ex: Exercise, progress: Progress) -> Report:
     readable(ex)
+    refuse_without_a_driver(ex.learner_path, f"grading {ex.id}")
     first = not StateDir(ex.root).references.is_dir()
     with measuring(ex, "Checking (first time here: the reference solution too)" if first else "Checking"):
         report = grade(ex, ex.learner_path)

@@ -55,6 +55,27 @@ def has_nvidia_driver() -> bool:
     return shutil.which("nvidia-smi") is not None or os.path.exists("/proc/driver/nvidia")
 
 
+def refuse_without_a_driver(script: Path, what: str) -> None:
+    """Say at once, before torch is imported (seconds), that a machine with no NVIDIA driver cannot measure ``script``.
+
+    A missing file or a syntax error is left to the measurement, which reports both without a GPU, so that
+    the learner hears of them wherever they work.
+    """
+    from oomlab.measure.harness import check_syntax
+
+    if has_nvidia_driver():
+        return
+    try:
+        source = script.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    if check_syntax(script, source) is None:
+        raise OomLabError(
+            f"This machine has no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia): {what} needs an NVIDIA GPU.",
+            WITHOUT_A_GPU,
+        )
+
+
 def without_a_gpu() -> list[tuple[str, str]]:
     """What still works on a machine with no NVIDIA GPU: (command, what it gives), for ``oomlab doctor``."""
     from oomlab.course import find_root

@@ -21,7 +21,7 @@ from oomlab.course.manifest import Exercise
 from oomlab.course.state import NAME, StateDir, make_folder, remove_empty_folders, require_readable, shown, write_error
 from oomlab.errors import OomLabError
 from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, measure
-from oomlab.measure.machine import machine_error
+from oomlab.measure.machine import machine_error, refuse_without_a_driver
 from oomlab.oom import first_line
 from oomlab.units import parse_size
 
@@ -235,6 +235,7 @@ def _clear_earlier_results(out_dir: Path, tool: str) -> None:
 def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) -> tuple[Measurement, dict]:
     require_readable(target.script, "the script")
     _clear_earlier_results(out_dir, tool)
+    refuse_without_a_driver(target.script, f"measuring {target.script.name}")  # bad arguments are named first
     opts = {
         "script": str(target.script),
         "budget_bytes": target.budget_bytes,
