@@ -366,3 +366,12 @@ def test_every_exercise_page_folds_what_its_fix_changed_after_the_fix(site, cour
         for name in entry["files"]:
             assert (site / "figures" / name).is_file() and f'src="../figures/{name}"' in page, name
         assert "/home/" not in json.dumps(entry) and "/tmp/" not in json.dumps(entry), f"{ex.id}: a machine's path"
+
+
+def test_no_page_shows_a_backslash_escape_in_its_text(site):
+    """An admonition title takes no escapes: ``"What does \\"Tried to allocate\\" report?"`` showed the backslashes."""
+    shown = []
+    for page in site.rglob("*.html"):
+        text = text_of(page)
+        shown += [f"{page.relative_to(site)}: ...{m.group(0)}..." for m in re.finditer(r'.{0,30}\\".{0,30}', text)]
+    assert not shown, shown[:5]
