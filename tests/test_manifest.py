@@ -429,6 +429,7 @@ def faked_runs(learner_course, monkeypatch):
     """
     from oomlab.cli import learner
     from oomlab.grading import verdict
+    from oomlab.measure import machine
     from oomlab.measure.harness import Measurement
     from oomlab.units import MIB
 
@@ -449,6 +450,7 @@ def faked_runs(learner_course, monkeypatch):
     monkeypatch.setattr(verdict, "measure_exercise_file", measure)
     monkeypatch.setattr(learner, "measure_exercise_file", measure)
     monkeypatch.setattr(verdict, "reference_for", lambda ex, gpu, torch: measurement(ex, ex.solution_path, base, 0))
+    monkeypatch.setattr(machine, "has_nvidia_driver", lambda: True)  # as on a GPU machine: the runs are what is faked
     monkeypatch.chdir(learner_course)
     monkeypatch.setenv("COLUMNS", "200")
     return runs
