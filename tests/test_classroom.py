@@ -207,9 +207,32 @@ def test_autograde_without_a_gpu_says_so_and_leaves_the_gradebook_alone(class_fo
     done = oomlab(class_folder, "nbgrader", "autograde", "production")
     assert done.returncode == 2, done.stdout + done.stderr
     assert (class_folder / "submitted" / "bo" / "production" / "inference-worker.ipynb").read_text() == "not json"
-    assert "No CUDA GPU" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    out = " ".join(done.stdout.split())
+    assert "Nothing was graded, and the gradebook is as it was" in out and "Traceback" not in done.stdout + done.stderr
+    assert "No CUDA GPU" in out and "Grade the class on a machine with an NVIDIA GPU" in out, out
     assert not (class_folder / "gradebook.db").exists()
     assert not list((class_folder / "autograded" / "ada" / "production").glob("*.ipynb"))
+
+
+def test_plain_nbgrader_autograde_without_a_gpu_stops_before_the_gradebook(class_folder):
+    """nbgrader's own autograde would score every student 0 as if graded: the course's settings stop it first."""
+    folder = class_folder / "submitted" / "ada" / "production"
+    folder.mkdir(parents=True)
+    shutil.copy(class_folder / "source" / "production" / "inference-worker.ipynb", folder)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", "production"],
+        cwd=class_folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0, out
+    assert "nbgrader autograde stopped before grading anyone" in out and "the gradebook is as it was" in out, out
+    assert not (class_folder / "gradebook.db").exists()
+    assert not (class_folder / "autograded").exists() or not list((class_folder / "autograded").rglob("*.ipynb"))
 
 
 def test_autograde_outside_a_course_folder_says_where_to_run_it(tmp_path):

@@ -3,8 +3,10 @@
 The commands are read from the guide's page (``course/instructors.md``), so the
 guide cannot drift from what works. A student fetches and submits through a local
 exchange in between, as nbgrader's own commands do it. Without a GPU,
-``oomlab nbgrader autograde`` must refuse (nothing can be measured, and it must not
-record zeros), and the guide's alternative, plain ``nbgrader autograde``, grades.
+``oomlab nbgrader autograde`` and plain ``nbgrader autograde`` must both refuse
+(nothing can be measured, and nothing may be recorded as a grade); the rest of the
+flow is then followed with plain autograde told that the machine was checked, so that
+feedback and export are tried on what nbgrader makes of cells that could not measure.
 ``nbgrader formgrader`` starts a server for marking by hand and is only checked to exist.
 """
 
@@ -18,7 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nbgrader.api import Gradebook
+
 from oomlab.classroom.classgrade import nbgrader_env
+from oomlab.classroom.gpu_guard import CHECKED
 from oomlab.grading.pytest_plugin import cuda_available
 
 GUIDE = Path(__file__).resolve().parents[1] / "course" / "instructors.md"
@@ -80,7 +85,12 @@ def test_the_guide_works_as_written(tmp_path):
         if words[:3] == ["oomlab", "nbgrader", "autograde"] and not cuda_available():
             assert done.returncode == 2 and "No CUDA GPU" in " ".join(out.split()), out
             assert not (cwd / "autograded").exists(), "nothing is recorded where nothing was measured"
-            done = run(["nbgrader", "autograde", assignment], cwd)  # the guide's alternative
+            done = run(["nbgrader", "autograde", assignment], cwd)  # the guide's alternative refuses too
+            assert done.returncode != 0 and "stopped before grading anyone" in done.stdout + done.stderr
+            assert not (cwd / "autograded").exists()
+            with Gradebook(f"sqlite:///{cwd / 'gradebook.db'}") as gb:
+                assert gb.assignment_submissions(assignment) == [], "no grade entered the gradebook"
+            done = run(["nbgrader", "autograde", assignment], cwd, **{CHECKED: "1"})  # the rest of the flow, untested else
             out = done.stdout + done.stderr
         assert done.returncode == 0 and "Traceback" not in out, out
         if words[:2] == ["nbgrader", "generate_assignment"]:

@@ -82,9 +82,16 @@ def config_text(course: Course) -> str:
 # every build: edit nbgrader_config.py instead, which loads this file.
 # Assignments, one per module, in teaching order: {order}.
 import os
+import sys
 import tempfile
 
+from oomlab.classroom.gpu_guard import refuse_autograde_without_a_gpu
+
 c = get_config()  # noqa: F821
+
+# Plain `nbgrader autograde` on a machine that cannot measure would record 0 for every student as if graded: it
+# stops here instead, before nbgrader opens the gradebook (oomlab/classroom/gpu_guard.py).
+refuse_autograde_without_a_gpu(sys.argv)
 
 c.CourseDirectory.course_id = "{COURSE_ID}"
 

@@ -46,6 +46,7 @@ import nbformat
 from oomlab.classroom import measured
 from oomlab.classroom.build import assignments
 from oomlab.classroom.cells import check_line
+from oomlab.classroom.gpu_guard import CHECKED
 from oomlab.classroom.layout import PINNED, class_root
 from oomlab.classroom.preprocessors import exercise_cell, script_of
 from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
@@ -197,11 +198,20 @@ def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs))
         note(f"the reference fixes of {len(exercises)} exercise(s)")
         for ex, ref in zip(exercises, pool.map(measure_reference, exercises), strict=True):
-            if ref.status in MACHINE_PROBLEMS:
-                raise machine_error(ref, ex)
+            if ref.status in MACHINE_PROBLEMS:  # said to the instructor, whose gradebook is untouched so far
+                raise instructors_error(machine_error(ref, ex))
         note(f"{len(todo)} distinct script(s), {jobs} at a time")
         list(pool.map(one, todo.values()))
     return len(todo)
+
+
+def instructors_error(err: OomLabError) -> OomLabError:
+    """A machine that cannot measure, said to the instructor: what it lacks, and that nothing was graded."""
+    return OomLabError(
+        f"Nothing was graded, and the gradebook is as it was: {err.what}",
+        "Grade the class on a machine with an NVIDIA GPU that fits the course's budgets (`oomlab doctor` there says "
+        "whether it does), with `oomlab nbgrader autograde` or plain `nbgrader autograde`.",
+    )
 
 
 def _script_path(sub: _Submission) -> Path:
@@ -225,7 +235,7 @@ def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=nbgrader_env(),
+                env={**nbgrader_env(), CHECKED: "1"},  # the reference fixes were measured: this machine can grade
             ).returncode
         return code, path.read_text(encoding="utf-8", errors="replace")
 
