@@ -65,6 +65,17 @@ def test_each_exercise_notebook_is_its_folder(ex):
     assert f"sources={source_digest(ex)!r}" in json.dumps(nb.cells)
 
 
+def test_the_exchange_is_a_folder_beside_the_course_that_only_the_instructor_writes(tmp_path, monkeypatch):
+    """nbgrader's default exchange, made by release_assignment where it is missing, is writable by every user."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    root = build_course(tmp_path / "class").root
+    monkeypatch.chdir(tmp_path)  # nbgrader runs in the course folder; the setting must not depend on it
+    config = PyFileConfigLoader(CONFIG, path=str(root)).load_config()
+    assert config.Exchange.root == str(root / "exchange")
+    assert (root / "exchange").is_dir() and (root / "exchange").stat().st_mode & 0o022 == 0
+
+
 def test_build_writes_the_course_and_a_rebuild_changes_nothing(tmp_path):
     built = build_course(tmp_path / "class")
     root = built.root

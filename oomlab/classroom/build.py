@@ -40,6 +40,7 @@ from oomlab.errors import OomLabError
 __all__ = ["Built", "assignments", "build_course", "config_text", "instructor_config"]
 
 COURSE_ID = "oomlab"
+EXCHANGE = "exchange"  # nbgrader's exchange, beside the course (nbgrader_config.py)
 # Starting a measuring process (importing torch on a cold disk can take a minute) on top of the script's own limit.
 START_S = 60
 
@@ -70,6 +71,15 @@ c = get_config()  # noqa: F821
 # The settings OOM Lab's grading needs, which `oomlab nbgrader build` rewrites on every build. Keep this line;
 # a setting of yours below it wins over the same setting there.
 {LOAD_OURS}  # noqa: F821
+
+# Where release_assignment puts assignments and collect finds submissions: the folder {EXCHANGE}/ beside this
+# file, which the build made readable by all and writable by you alone. Left unset, nbgrader would create
+# /usr/local/share/nbgrader/exchange writable by every user of the machine. Students name the same folder
+# (nbgrader fetch_assignment ... --Exchange.root=PATH); for students on other accounts, let them write to
+# its inbound/ folder, or set a shared exchange here on purpose.
+import os  # noqa: E402
+
+c.Exchange.root = os.path.join(os.path.dirname(os.path.abspath(globals().get("__file__", "nbgrader_config.py"))), "{EXCHANGE}")
 """
 
 
@@ -215,6 +225,7 @@ def build_course(dest: Path) -> Built:
         write_atomic(dest / rel, data)
     if not (dest / CONFIG).exists():
         write_atomic(dest / CONFIG, instructor_config())
+    (dest / EXCHANGE).mkdir(mode=0o755, exist_ok=True)  # made here, so that nbgrader never makes it world-writable
     write_atomic(
         dest / BUILT,
         json.dumps({"oomlab": __version__, "files": {rel: _sha(data) for rel, data in sorted(planned.items())}}, indent=1) + "\n",
