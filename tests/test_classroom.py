@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -504,3 +505,30 @@ except cells.NotGraded as err:
     assert out.rstrip().endswith(
         "check: Your grade comes from your instructor, who measures this notebook on the grading machine."
     )
+
+
+def test_the_per_check_export_has_a_line_per_student_and_exercise_with_each_checks_points_and_why():
+    import csv as csvlib
+
+    from oomlab.classroom.classgrade import Row, checks_csv
+
+    rows = [
+        Row("bo", "feature-cache", ["no_oom: 2 OOMs"], {"no_oom": "✗ no_oom: 2 OOMs (required 0)"}, 2.0, 8.0),
+        Row("ada", "feature-cache", [], {}, 8.0, 8.0),
+        Row("ada", "eval-graphs", ["the interview answer waits for manual grading"], {}, 6.0, 8.0),
+    ]
+    rows[0].points = {"check-no_oom": [0.0, 2.0], "check-same_workload": [2.0, 2.0], "interview-answer": [0.0, 2.0]}
+    rows[1].points = {"check-no_oom": [2.0, 2.0], "check-same_workload": [2.0, 2.0], "interview-answer": [2.0, 2.0]}
+    rows[2].points = {"check-retries": [2.0, 2.0], "interview-answer": [None, 2.0]}
+    table = list(csvlib.DictReader(io.StringIO(checks_csv(rows))))
+    assert [(r["student"], r["exercise"]) for r in table] == [
+        ("ada", "eval-graphs"),
+        ("ada", "feature-cache"),
+        ("bo", "feature-cache"),
+    ]
+    bo = table[2]
+    assert (bo["score"], bo["max_score"], bo["check-no_oom points"], bo["check-no_oom max"]) == ("2", "8", "0", "2")
+    assert bo["check-no_oom why"] == "✗ no_oom: 2 OOMs (required 0)" and bo["check-same_workload why"] == ""
+    assert table[0]["check-no_oom points"] == "" and table[0]["check-retries points"] == "2"
+    assert table[0]["interview-answer points"] == "" and "manual grading" in table[0]["notes"]
+    assert list(table[0])[-4:] == ["interview-answer points", "interview-answer max", "interview-answer why", "notes"]

@@ -31,6 +31,8 @@ each in turn.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
 import subprocess
@@ -78,9 +80,12 @@ class Row:
 
     student: str
     notebook: str
+    reasons: list[str] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # check name -> why it lost its points
     score: float | None = None
     max_score: float | None = None
-    reasons: list[str] = field(default_factory=list)
+    # Each graded cell's points as the gradebook has them (check-NAME, interview-answer): [score, max_score].
+    points: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -284,23 +289,24 @@ def nbgrader_env() -> dict:
     return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]), "PYTHONUNBUFFERED": "1"}
 
 
-def _reasons(sub: _Submission) -> list[str]:
-    """Why the notebook lost points, from the same measurement and checks its cells used."""
+def _judged(sub: _Submission) -> tuple[list[str], dict[str, str]]:
+    """Why the notebook lost points, from the same measurement and checks its cells used; and each failed check's line."""
     if sub.problem:
-        return [sub.problem]
+        return [sub.problem], {}
     m = measured.load(sub.ex, _script_path(sub))
     if m is None:
-        return ["not measured before autograde: the notebook measured it itself (see its feedback)"]
+        return ["not measured before autograde: the notebook measured it itself (see its feedback)"], {}
     report = grade(sub.ex, Path(m.script), measurement=m)
     if not report.checks:
-        return [m.ending()]
+        return [m.ending()], {}
     honesty = set(honesty_checks(sub.ex))
     memory = set(memory_checks(sub.ex))
-    return [
+    reasons = [
         check_line(c) + (" (no memory points while it fails)" if c.name in honesty else "")
         for c in report.checks
         if not c.passed and c.name in honesty | memory
     ]
+    return reasons, {c.name: check_line(c) for c in report.checks if not c.passed}
 
 
 def _scores(root: Path, assignment: str, rows: list[Row], graded: set[str]) -> None:
@@ -319,6 +325,7 @@ def _scores(root: Path, assignment: str, rows: list[Row], graded: set[str]) -> N
                         row.max_score = gb.find_notebook(row.notebook, assignment).max_score
                 continue
             row.score, row.max_score = nb.score, nb.max_score
+            row.points = {g.name: [g.score, g.max_score] for g in sorted(nb.grades, key=lambda g: g.name)}
             if nb.needs_manual_grade:
                 row.reasons.append("the interview answer waits for manual grading")
 
@@ -346,11 +353,39 @@ def grade_class(
     start = time.perf_counter()
     failed = _autograde(root, assignment, everyone, jobs, note) if everyone else {}
     autograde_s = time.perf_counter() - start
-    rows = [Row(s.student, s.ex.id, reasons=_reasons(s)) for s in subs]
+    rows = [Row(s.student, s.ex.id, *_judged(s)) for s in subs]
     _scores(root, assignment, rows, set(everyone))
     for row in rows:
         if row.student in failed:
             row.reasons.insert(0, f"nbgrader could not autograde it: {failed[row.student]}")
     report = ClassReport(assignment, rows, jobs, n, measure_s, autograde_s, failed)
     write_atomic(root / "reports" / f"{assignment}.json", json.dumps(report.to_json(), indent=1) + "\n")
+    write_atomic(root / "reports" / f"{assignment}-checks.csv", checks_csv(rows))
     return report
+
+
+def checks_csv(rows: list[Row]) -> str:
+    """One line per student and exercise: the notebook's score, then each graded cell's points and why it lost them.
+
+    Columns are the union of every notebook's graded cells, in order; a cell a notebook does not have is left empty.
+    """
+    cells = sorted({name for row in rows for name in row.points}, key=lambda n: (n == "interview-answer", n))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    header = ["student", "exercise", "score", "max_score"]
+    for name in cells:
+        header += [f"{name} points", f"{name} max", f"{name} why"]
+    writer.writerow([*header, "notes"])
+    for row in sorted(rows, key=lambda r: (r.student, r.notebook)):
+        line = [row.student, row.notebook, _number(row.score), _number(row.max_score)]
+        for name in cells:
+            score, most = row.points.get(name, [None, None])
+            check = name.removeprefix("check-")
+            lost = score is not None and most is not None and score < most
+            line += [_number(score), _number(most), row.why.get(check, "") if lost else ""]
+        writer.writerow([*line, "; ".join(row.reasons)])
+    return out.getvalue()
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
