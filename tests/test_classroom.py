@@ -21,8 +21,9 @@ from traitlets.config import Config
 from traitlets.utils.importstring import import_item
 
 from oomlab.classroom import cells, classgrade
+from oomlab.classroom.autograde_guard import CHECKED, UNREADABLE, before_autograde
 from oomlab.classroom.build import build_course, config_text
-from oomlab.classroom.classgrade import KERNEL_TRIES, UNREADABLE, _autograde, _set_aside, _submissions
+from oomlab.classroom.classgrade import KERNEL_TRIES, _autograde, _set_aside, _submissions
 from oomlab.classroom.handin import clear
 from oomlab.classroom.kernel import GradingKernel
 from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
@@ -532,3 +533,26 @@ def test_the_per_check_export_has_a_line_per_student_and_exercise_with_each_chec
     assert table[0]["check-no_oom points"] == "" and table[0]["check-retries points"] == "2"
     assert table[0]["interview-answer points"] == "" and "manual grading" in table[0]["notes"]
     assert list(table[0])[-4:] == ["interview-answer points", "interview-answer max", "interview-answer why", "notes"]
+
+
+def test_before_plain_autograde_an_unreadable_notebook_is_set_aside_not_the_whole_assignment(class_folder, monkeypatch, capsys):
+    """nbgrader fails on a file that is not a notebook and drops every notebook of that student's assignment."""
+    source = class_folder / "source" / "production" / "inference-worker.ipynb"
+    for student, content in (("ada", None), ("bo", "not json"), ("cy", "{}")):
+        folder = class_folder / "submitted" / student / "production"
+        folder.mkdir(parents=True)
+        if content is None:
+            shutil.copy(source, folder)
+        else:
+            (folder / source.name).write_text(content)
+    monkeypatch.chdir(class_folder)
+    monkeypatch.setenv(CHECKED, "1")  # as oomlab's autograde runs it, after measuring: no GPU check here
+    before_autograde(["nbgrader", "autograde", "production", "--student", "bo", "--force"])
+    assert (class_folder / "submitted" / "bo" / "production" / (source.name + UNREADABLE)).read_text() == "not json"
+    assert (class_folder / "submitted" / "cy" / "production" / source.name).read_text() == "{}", "only the students named"
+    told = capsys.readouterr().err
+    assert "set aside the unreadable notebook bo's inference-worker.ipynb" in told and "it scores 0" in told
+    before_autograde(["nbgrader", "autograde", "production"])
+    assert (class_folder / "submitted" / "cy" / "production" / (source.name + UNREADABLE)).is_file()
+    assert (class_folder / "submitted" / "ada" / "production" / source.name).is_file(), "a notebook stays where it is"
+    before_autograde(["nbgrader", "generate_feedback", "production"])  # only autograde is touched

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook
 
+from oomlab.classroom.autograde_guard import CHECKED
 from oomlab.classroom.classgrade import nbgrader_env
-from oomlab.classroom.gpu_guard import CHECKED
 from oomlab.grading.pytest_plugin import cuda_available
 
 GUIDE = Path(__file__).resolve().parents[1] / "course" / "instructors.md"

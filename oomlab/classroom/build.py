@@ -95,12 +95,12 @@ import os
 import sys
 import tempfile
 
-from oomlab.classroom.gpu_guard import refuse_autograde_without_a_gpu
+from oomlab.classroom.autograde_guard import refuse_autograde_without_a_gpu
 
 c = get_config()  # noqa: F821
 
 # Plain `nbgrader autograde` on a machine that cannot measure would record 0 for every student as if graded: it
-# stops here instead, before nbgrader opens the gradebook (oomlab/classroom/gpu_guard.py).
+# stops here instead, before nbgrader opens the gradebook (oomlab.classroom.autograde_guard.py).
 refuse_autograde_without_a_gpu(sys.argv)
 
 c.CourseDirectory.course_id = "{COURSE_ID}"

@@ -46,9 +46,9 @@ from pathlib import Path
 import nbformat
 
 from oomlab.classroom import measured
+from oomlab.classroom.autograde_guard import CHECKED, UNREADABLE, set_aside, why_unreadable
 from oomlab.classroom.build import assignments
 from oomlab.classroom.cells import check_line
-from oomlab.classroom.gpu_guard import CHECKED
 from oomlab.classroom.layout import PINNED, class_root
 from oomlab.classroom.preprocessors import exercise_cell, script_of
 from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
@@ -65,7 +65,6 @@ from oomlab.measure.machine import machine_error, parallel_runs
 
 __all__ = ["ClassReport", "Row", "grade_class", "nbgrader_env"]
 
-UNREADABLE = ".unreadable"
 LOCKED = "database is locked"
 # What nbgrader logs when a notebook's kernel did not start. The exercise cell only writes a file, so no
 # student's code runs before the kernel answers: such a run is graded again, up to KERNEL_TRIES times in all.
@@ -124,11 +123,12 @@ def _set_aside(subs: list[_Submission]) -> None:
     """Move each unreadable notebook to ``NAME.ipynb.unreadable``: kept, and nbgrader scores the notebook missing (zero)."""
     for sub in subs:
         if sub.unreadable and sub.path.is_file():
-            aside = sub.path.with_name(sub.path.name + UNREADABLE)
             try:
-                sub.path.replace(aside)
+                set_aside(sub.path)
             except OSError as err:
-                raise write_error(aside, err, "set aside the unreadable notebook as") from None
+                raise write_error(
+                    sub.path.with_name(sub.path.name + UNREADABLE), err, "set aside the unreadable notebook as"
+                ) from None
 
 
 def _course_folder() -> Path:
@@ -168,8 +168,7 @@ def _submissions(root: Path, course: Course, assignment: str, students: list[str
                 except Exception as err:  # noqa: BLE001 - not JSON, not a notebook, not UTF-8: nbformat raises each its own way
                     sub.unreadable = True
                     sub.problem = (
-                        f"the notebook could not be read ({type(err).__name__}: {str(err)[:200]}); "
-                        f"it was kept as {path.name + UNREADABLE}"
+                        f"the notebook could not be read ({why_unreadable(err)}); it was kept as {path.name + UNREADABLE}"
                     )
                 else:
                     cell = exercise_cell(nb)
