@@ -556,3 +556,18 @@ def test_before_plain_autograde_an_unreadable_notebook_is_set_aside_not_the_whol
     assert (class_folder / "submitted" / "cy" / "production" / (source.name + UNREADABLE)).is_file()
     assert (class_folder / "submitted" / "ada" / "production" / source.name).is_file(), "a notebook stays where it is"
     before_autograde(["nbgrader", "generate_feedback", "production"])  # only autograde is touched
+
+
+def test_list_and_doctor_work_in_a_class_folder_on_the_course_it_pins(tmp_path):
+    root = build_course(tmp_path / "class").root
+    env_free = {k: v for k, v in os.environ.items() if k != "OOMLAB_ROOT"}
+    for args, expect in ((["list"], "grads-during-forward"), (["doctor"], f"{root / PINNED}: ")):
+        done = subprocess.run(
+            [sys.executable, "-m", "oomlab", *args],
+            cwd=root / "source",  # anywhere in the class folder
+            env={**env_free, "COLUMNS": "200", "CUDA_VISIBLE_DEVICES": ""},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert "No OOM Lab course folder" not in done.stdout and expect in done.stdout, done.stdout + done.stderr

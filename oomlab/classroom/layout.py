@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oomlab.course import CLASS_COPY
+
 CONFIG = "nbgrader_config.py"
 OURS = "oomlab_config.py"
 LOAD_OURS = f'load_subconfig("{OURS}")'
-PINNED = "oomlab-course"
+PINNED = CLASS_COPY  # the course the class is graded with, copied by the build
 BUILT = ".oomlab-build.json"  # what build wrote, with hashes: a rebuild never overwrites an instructor's edit
 EXERCISE_ROLE = "exercise"  # cell.metadata.oomlab.role of the one cell the learner edits
 

@@ -35,6 +35,9 @@ def is_course(folder: Path) -> bool:
         return False
 
 
+CLASS_COPY = "oomlab-course"  # the course a class folder pins, beside its nbgrader_config.py (oomlab nbgrader build)
+
+
 def find_root(start: Path | None = None) -> Path:
     """The course folder: ``$OOMLAB_ROOT``, else the nearest folder at or above ``start`` (the current one) that is a course."""
     if env := os.environ.get(ROOT_VARIABLE):
@@ -49,6 +52,8 @@ def find_root(start: Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if is_course(folder):
             return folder
+        if is_course(folder / CLASS_COPY):  # a class folder of `oomlab nbgrader build`: the course it pins
+            return folder / CLASS_COPY
     raise OomLabError(
         f"No OOM Lab course folder at or above {here}.",
         "Run oomlab inside a course folder, or make one: oomlab init my-course",
