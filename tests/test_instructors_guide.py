@@ -7,7 +7,9 @@ exchange in between, as nbgrader's own commands do it. Without a GPU,
 (nothing can be measured, and nothing may be recorded as a grade); the rest of the
 flow is then followed with plain autograde told that the machine was checked, so that
 feedback and export are tried on what nbgrader makes of cells that could not measure.
-``nbgrader formgrader`` starts a server for marking by hand and is only checked to exist.
+``jupyter lab`` starts a server for marking by hand in nbgrader's Formgrader (a Jupyter
+server extension since nbgrader 0.9, not an nbgrader command); only that extension is
+checked to be there and enabled.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def guide_commands() -> list[list[str]]:
 
 
 def run(words: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
-    program = {"oomlab": [sys.executable, "-m", "oomlab"], "nbgrader": [sys.executable, "-m", "nbgrader"]}[words[0]]
+    program = [sys.executable, "-m", words[0]]  # oomlab, nbgrader or jupyter, from this Python
     done = subprocess.run(
         program + words[1:], cwd=cwd, capture_output=True, text=True, timeout=600, env={**nbgrader_env(), "COLUMNS": "200", **env}
     )
@@ -52,7 +54,7 @@ def test_the_guide_names_the_whole_flow():
         "nbgrader release_assignment",
         "nbgrader collect",
         "oomlab nbgrader autograde",
-        "nbgrader formgrader",
+        "jupyter lab",
         "nbgrader generate_feedback",
         "nbgrader release_feedback",
         "nbgrader export",
@@ -73,8 +75,10 @@ def test_the_guide_works_as_written(tmp_path):
             with open(cwd / "nbgrader_config.py", "a") as config:
                 config.write(f'c.Exchange.root = "{exchange}"\n')
             continue
-        if words[:2] == ["nbgrader", "formgrader"]:
-            assert run(["nbgrader", "formgrader", "--help"], cwd).returncode == 0
+        if words[:2] == ["jupyter", "lab"]:  # a server: only its Formgrader is checked to be enabled
+            listed = run(["jupyter", "server", "extension", "list"], cwd)
+            enabled = re.search(r"nbgrader\.server_extensions\.formgrader\s+(\x1b\[\d+m)?enabled", listed.stdout + listed.stderr)
+            assert listed.returncode == 0 and enabled, listed.stdout + listed.stderr
             continue
         if words[:2] == ["nbgrader", "collect"]:  # a student fetches and submits first, with nbgrader's student commands
             for verb in ("fetch_assignment", "submit"):
