@@ -571,3 +571,22 @@ def test_list_and_doctor_work_in_a_class_folder_on_the_course_it_pins(tmp_path):
             timeout=300,
         )
         assert "No OOM Lab course folder" not in done.stdout and expect in done.stdout, done.stdout + done.stderr
+
+
+def test_zip_collect_takes_student_dash_dash_notebook_files_as_the_config_says(tmp_path):
+    """Without a pattern nbgrader's zip_collect collects nothing, silently: the built config gives one."""
+    import zipfile
+
+    root = build_course(tmp_path / "class").root
+    archive = root / "downloaded" / "snapshot" / "archive"
+    archive.mkdir(parents=True)
+    notebook = root / "source" / "snapshot" / "feature-cache.ipynb"
+    shutil.copy(notebook, archive / "ada--feature-cache.ipynb")
+    with zipfile.ZipFile(archive / "bo.zip", "w") as zf:
+        zf.write(notebook, "bo--feature-cache.ipynb")
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "zip_collect", "snapshot"], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for student in ("ada", "bo"):
+        assert (root / "submitted" / student / "snapshot" / "feature-cache.ipynb").read_bytes() == notebook.read_bytes()

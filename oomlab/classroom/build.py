@@ -80,6 +80,11 @@ c = get_config()  # noqa: F821
 import os  # noqa: E402
 
 c.Exchange.root = os.path.join(os.path.dirname(os.path.abspath(globals().get("__file__", "nbgrader_config.py"))), "{EXCHANGE}")
+
+# zip_collect: which student and notebook a file handed in by other means is. Files named STUDENT--NOTEBOOK.ipynb,
+# as they are or in zips, under downloaded/ASSIGNMENT/archive/, go to submitted/STUDENT/ASSIGNMENT/NOTEBOOK.ipynb.
+# Without a pattern nbgrader collects nothing; change it to the names your learning platform gives downloads.
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/]+?)--(?P<file_id>[^/]+\\.ipynb)$"
 """
 
 
