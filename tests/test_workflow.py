@@ -182,10 +182,12 @@ def oomlab(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_tools_bad_input_gets_one_message(tmp_path):
     (tmp_path / "corrupt.pickle").write_bytes(b"\x80\x04not really")
     (tmp_path / "foreign.pickle").write_bytes(pickle.dumps({"segments": [{"size": 1}]}, protocol=4))
+    (tmp_path / "foreign.bin").write_bytes(pickle.dumps({"segments": [{"size": 1}]}, protocol=4))  # a pickle by its bytes
     (tmp_path / "train.py").write_text("import torch\nx = torch.ones(3, device='cuda')\n")
     cases = {
         ("snapshot", "corrupt.pickle"): "not a readable pickle",
         ("snapshot", "foreign.pickle"): "snapshot format",
+        ("snapshot", "foreign.bin"): "snapshot format",  # read as a snapshot, not refused as a pickle that is no script
         ("hunt", "missing.py"): "does not exist",
         # No GPU here: where there is no driver at all that is said before torch is imported, else torch says it.
         ("diagnose", "train.py"): "sees no CUDA device" if has_nvidia_driver() else "has no NVIDIA driver",

@@ -32,6 +32,7 @@ from oomlab.tools.run import (
     budget_option,
     close_files,
     default_out_dir,
+    is_pickle,
     path_kind,
     resolve,
     run_tool,
@@ -127,7 +128,7 @@ def tool_command(name: str, summary: str) -> None:
         time_limit: Optional[float] = TIME_LIMIT,
         all_steps: bool = ALL_STEPS,
     ) -> None:
-        if name == "snapshot" and target[0].endswith((".pickle", ".pkl")):
+        if name == "snapshot" and is_pickle(Path(target[0])):  # a snapshot by its name or its bytes: nothing runs
             show_snapshot_file(Path(target[0]), out)
             return
         run_and_show(name, resolve(target, budget, time_limit), out, all_steps=all_steps)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from oomlab.errors import OomLabError
 from oomlab.measure.stats import ALLOC_CONF_VARS
-from oomlab.units import GIB
+from oomlab.units import GIB, in_gib
 
 
 def machine_error(m, exercise) -> OomLabError:
     """The machine, not the script, stops the measurement: say what and what to do."""
-    budget = f"{exercise.budget_bytes / GIB:.2f} GiB"
+    budget = f"{in_gib(exercise.budget_bytes)}"
     if m.status == "no_torch":
         return OomLabError("PyTorch is not installed in this Python environment.", "Run `make start`, which installs it.")
     if m.status == "torch_too_old":
@@ -27,12 +27,12 @@ def machine_error(m, exercise) -> OomLabError:
         return OomLabError(f"No CUDA GPU is visible: {m.message}.", WITHOUT_A_GPU)
     if m.status == "gpu_too_small":
         return OomLabError(
-            f"This GPU ({m.gpu}, {m.gpu_total_bytes / GIB:.2f} GiB) is smaller than {exercise.id}'s budget of {budget}.",
+            f"This GPU ({m.gpu}, {in_gib(m.gpu_total_bytes)}) is smaller than {exercise.id}'s budget of {budget}.",
             f"Use a GPU with at least {budget} of memory.",
         )
     if m.status == "gpu_busy":
         return OomLabError(
-            f"Other processes hold memory on {m.gpu}: {m.gpu_free_bytes / GIB:.2f} GiB is free.",
+            f"Other processes hold memory on {m.gpu}: {in_gib(m.gpu_free_bytes)} is free.",
             f"{exercise.id} needs {budget} free. `nvidia-smi` lists who holds it; stop them and try again.",
         )
     return OomLabError(f"The measurement could not start: {m.status}: {m.message}", "Run `oomlab doctor`.")
@@ -204,20 +204,20 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
     ready = not too_old and ok  # ok: Python new enough, every manifest valid
     for ex in exercises:
         if total < ex.budget_bytes:
-            level, finding = "fail", f"needs {ex.budget_bytes / GIB:.2f} GiB; the GPU has {total / GIB:.2f} GiB"
+            level, finding = "fail", f"needs {in_gib(ex.budget_bytes)}; the GPU has {in_gib(total)}"
         elif free < ex.budget_bytes:
             level, finding = (
                 "fail",
-                f"needs {ex.budget_bytes / GIB:.2f} GiB free; only {free / GIB:.2f} GiB is (nvidia-smi shows who holds it)",
+                f"needs {in_gib(ex.budget_bytes)} free; only {in_gib(free)} is (nvidia-smi shows who holds it)",
             )
         elif free < ex.budget_bytes + CONTEXT_BYTES:
             level, finding = (
                 "warn",
-                f"the {ex.budget_bytes / GIB:.2f} GiB budget fits in the {free / GIB:.2f} GiB free, but the CUDA context "
+                f"the {in_gib(ex.budget_bytes)} budget fits in the {in_gib(free)} free, but the CUDA context "
                 f"takes up to {CONTEXT_BYTES / GIB:.0f} GiB more outside it: the run may fail before it starts",
             )
         else:
-            level, finding = "ok", f"budget {ex.budget_bytes / GIB:.2f} GiB fits, with room for the CUDA context"
+            level, finding = "ok", f"budget {in_gib(ex.budget_bytes)} fits, with room for the CUDA context"
         ready &= level != "fail"
         rows.append((level, f"budget {ex.id}", finding))
 
