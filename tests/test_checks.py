@@ -43,14 +43,53 @@ def workload(**overrides) -> dict:
         "backward_per_step": [1, 1, 1],
         "losses": [2.5, 2.0, 1.5],
         "param_count": 1000,
-        "weights_sum": 12.5,
-        "weights_norm": 30.0,
+        "inference_outputs": {"digested": 2, "sum": 4.0, "sum_squares": 9.0},
         "serving": {"reserved": [600 * MIB] * 4, "inactive_split": [8 * MIB] * 4, "output_sums": [1.0, 2.0]},
     }
     return {**base, **overrides}
 
 
+def digest(scale: float = 1.0, shapes=((10, 10), (10,))) -> dict:
+    """A weights digest (oomlab.measure.weights.digest) of tensors whose values are ``scale`` times the reference's."""
+    tensors = []
+    for shape in shapes:
+        values = [scale * (0.1 + 0.01 * i) for i in range(min(512, shape[0] * (shape[1] if len(shape) > 1 else 1)))]
+        tensors.append(
+            {
+                "shape": list(shape),
+                "sum": sum(values),
+                "norm": sum(v * v for v in values) ** 0.5,
+                "finite": True,
+                "sample": values,
+            }
+        )
+    return {"tensors": tensors}
+
+
+CONTEXT = 500 * MIB
+
+
+def witness(**driver) -> dict:
+    """What the supervisor saw of an honest run: the driver's peak is reserved's plus the context, and so on."""
+    base = {
+        "available": True,
+        "peak_bytes": 600 * MIB + CONTEXT,
+        "at_ready_bytes": CONTEXT - 20 * MIB,
+        "at_figures_bytes": 600 * MIB + CONTEXT,
+    }
+    return {
+        "driver": {**base, **driver},
+        "other_gpu_processes": [],
+        "script_cpu_s": 5.0,
+        "maxrss_bytes": 2000 * MIB,
+        "rss_at_ready_bytes": 1800 * MIB,
+    }
+
+
 def measurement(status="ok", stats_=None, workload_=None, **fields) -> Measurement:
+    fields.setdefault("witness", witness())
+    fields.setdefault("weights_digest", digest())
+    fields.setdefault("figures_witnessed", True)
     return Measurement(
         script="/course/exercises/ex/train.py",
         status=status,
@@ -122,9 +161,12 @@ def test_same_workload_of_a_run_that_recorded_nothing():
 
 
 def test_same_results_within_tolerance_passes():
-    w = workload(losses=[2.5 * (1 + 5e-4), 2.0, 1.5], weights_sum=12.5 * (1 - 5e-4))
+    w = workload(losses=[2.5 * (1 + 5e-4), 2.0, 1.5])
     assert check("same_results", measurement(workload_=w), rtol=1e-3).passed
     assert not check("same_results", measurement(workload_=w), rtol=1e-4).passed
+    near = measurement(weights_digest=digest(1 + 5e-4))
+    assert check("same_results", near).passed
+    assert not check("same_results", near, weights_rtol=1e-4).passed
 
 
 @pytest.mark.parametrize(
@@ -132,14 +174,31 @@ def test_same_results_within_tolerance_passes():
     [
         ({"losses": [2.5, 2.1, 1.5]}, ["At optimizer step 2", "altered what the optimizer sees"]),
         ({"losses": [2.5, 2.0]}, ["stepped 2 times", "steps 3 times"]),
-        ({"weights_sum": 13.0}, ["final weights differ", "sum 13.0 vs 12.5"]),
-        ({"weights_norm": 31.0}, ["final weights differ", "norm 31.0 vs 30.0"]),
-        ({"weights_sum": None, "weights_norm": None}, ["final weights differ", "None"]),
+        ({"weights_digest": digest(1.01)}, ["tensor by tensor", "1.0e-02 apart", "did not train"]),
+        ({"weights_digest": digest(shapes=((10, 10),))}, ["holds 1 tensors", "reference's holds 2"]),
+        ({"weights_digest": digest(shapes=((10, 5), (10,)))}, ["tensor 1 has shape (10, 5)", "(10, 10)"]),
+        ({"weights_digest": None}, ["no final weights were recorded"]),
+        ({"weights_digest": {"error": "the weights file holds 3 bytes"}}, ["holds 3 bytes"]),
+        (
+            {"workload_": workload(inference_outputs={"digested": 2, "sum": 0.0, "sum_squares": 0.0})},
+            ["evaluation", "computed, not printed"],
+        ),
     ],
-    ids=["other-loss", "fewer-losses", "other-weights-sum", "other-weights-norm", "no-weights"],
+    ids=[
+        "other-loss",
+        "fewer-losses",
+        "other-weights",
+        "fewer-tensors",
+        "other-shape",
+        "no-weights",
+        "broken-weights",
+        "eval-not-run",
+    ],
 )
 def test_same_results_names_the_difference(changes, words):
-    result = check("same_results", measurement(workload_=workload(**changes)))
+    fields = {k: v for k, v in changes.items() if k in ("weights_digest", "workload_")}
+    w = workload(**{k: v for k, v in changes.items() if k not in fields})
+    result = check("same_results", measurement(**{"workload_": w, **fields}))
     assert not result.passed
     for word in words:
         assert word in result.detail, (word, result.detail)
@@ -250,19 +309,20 @@ def test_relative_bytes_without_figures_fail():
 
 def test_run_checks_always_includes_untampered():
     tampered = measurement(tamper=["changed the exercise's memory budget (torch._C._cuda_setMemoryFraction)"])
+    always = ["untampered", "settings", "driver", "cpu_time", "host_memory"]
     results = run_checks({"no_oom": {}}, tampered, REF)
-    assert [r.name for r in results] == ["untampered", "settings", "no_oom"]
+    assert [r.name for r in results] == [*always, "no_oom"]
     assert not results[0].passed
-    assert [r.name for r in run_checks({}, measurement(), REF)] == ["untampered", "settings"]
-    # Named in the manifest too: still run once.
-    names = [r.name for r in run_checks({"no_oom": {}, "untampered": {}}, measurement(), REF)]
-    assert names == ["untampered", "settings", "no_oom"]
+    assert [r.name for r in run_checks({}, measurement(), REF)] == always
+    # Named in the manifest too (to set its parameters): still run once.
+    names = [r.name for r in run_checks({"no_oom": {}, "untampered": {}, "host_memory": {"slack_mib": 1024}}, measurement(), REF)]
+    assert names == [*always, "no_oom"]
 
 
 def test_run_checks_passes_the_manifests_parameters():
     m = measurement(stats_=stats(retries=1))
-    assert not run_checks({"retries": {}}, m, REF)[2].passed
-    assert run_checks({"retries": {"max": 1}}, m, REF)[2].passed
+    assert not run_checks({"retries": {}}, m, REF)[-1].passed
+    assert run_checks({"retries": {"max": 1}}, m, REF)[-1].passed
 
 
 @pytest.mark.parametrize(
@@ -433,7 +493,71 @@ def test_losses_a_constant_multiple_of_the_references_pass_only_with_the_same_we
     scaled = workload(losses=[2.5 * 8, 2.0 * 8, 1.5 * 8])
     result = check("same_results", measurement(workload_=scaled), rtol=1e-4)
     assert result.passed and "8x the reference's" in result.measured
-    other_weights = workload(losses=[2.5 * 8, 2.0 * 8, 1.5 * 8], weights_sum=13.0)
-    assert not check("same_results", measurement(workload_=other_weights), rtol=1e-4).passed
+    other_weights = measurement(workload_=scaled, weights_digest=digest(1.01))
+    assert not check("same_results", other_weights, rtol=1e-4).passed
     not_constant = workload(losses=[2.5 * 8, 2.0 * 4, 1.5 * 8])
     assert not check("same_results", measurement(workload_=not_constant), rtol=1e-4).passed
+
+
+# --- the witness: driver, cpu_time, host_memory -----------------------------------------------------------------
+
+
+def test_another_process_of_the_run_on_the_gpu_fails_the_driver_check():
+    w = witness()
+    w["other_gpu_processes"] = [{"pid": 4242, "command": "python wrapped.py", "used_bytes": 3 << 30}]
+    result = check("driver", measurement(witness=w))
+    assert not result.passed and "pid 4242" in result.detail and "python wrapped.py" in result.detail
+
+
+@pytest.mark.parametrize(
+    "driver, stats_, words",
+    [
+        (
+            {"at_figures_bytes": 600 * MIB + CONTEXT + 256 * MIB, "peak_bytes": 856 * MIB + CONTEXT},
+            {},
+            ["256.0 MiB more than the reference", "CuPy"],
+        ),
+        ({"peak_bytes": 3000 * MIB + CONTEXT}, {}, ["Figures disagree with the driver", "more than the 1,024.0 MiB budget"]),
+        ({"peak_bytes": 700 * MIB + CONTEXT}, {}, ["Figures disagree with the driver", "reset or replaced"]),
+        ({}, {"peak_reserved": 1000 * MIB}, ["never saw the process hold more"]),
+    ],
+    ids=["memory-around-the-allocator", "cap-lifted-and-peaks-reset", "peak-forged-lower", "peak-claimed-higher"],
+)
+def test_figures_the_driver_does_not_back_fail_with_what_it_saw(driver, stats_, words):
+    result = check("driver", measurement(stats_=stats(**stats_), witness=witness(**driver)))
+    assert not result.passed, result
+    for word in words:
+        assert word in result.detail, (word, result.detail)
+
+
+def test_the_driver_check_allows_the_context_to_grow_within_its_slack_and_the_sample_to_miss_a_little():
+    # Kernels loaded after the reserved peak (the optimizer's, say) grow the context by the end.
+    assert check("driver", measurement(witness=witness(at_figures_bytes=600 * MIB + CONTEXT + 40 * MIB))).passed
+    # A reserved peak that lasted less than a sample: the driver saw a little less.
+    assert check("driver", measurement(witness=witness(peak_bytes=560 * MIB + CONTEXT))).passed
+
+
+def test_a_run_the_driver_could_not_witness_passes_the_learners_own_check_and_says_so():
+    result = check("driver", measurement(witness=witness(available=False, reason="a container")))
+    assert result.passed and result.measured == "not witnessed"
+
+
+def test_cpu_time_far_beyond_the_references_fails():
+    slow = witness()
+    slow["script_cpu_s"] = 60.0
+    result = check("cpu_time", measurement(witness=slow))
+    assert not result.passed and "60.0 s" in result.detail and "on the CPU" in result.detail
+    a_bit_more = witness()
+    a_bit_more["script_cpu_s"] = 24.0  # within the reference's 5 s plus the slack of 20 s
+    assert check("cpu_time", measurement(witness=a_bit_more)).passed
+
+
+def test_host_memory_that_grows_far_beyond_the_references_fails_unless_the_exercise_allows_it():
+    offloaded = witness()
+    offloaded["maxrss_bytes"] = 1800 * MIB + 3000 * MIB
+    result = check("host_memory", measurement(witness=offloaded))
+    assert not result.passed and "grew by 3,000.0 MiB" in result.detail
+    assert check("host_memory", measurement(witness=offloaded), slack_mib=4096).passed
+    within = witness()
+    within["maxrss_bytes"] = 1800 * MIB + 1100 * MIB  # the reference's 200 MiB and the default slack of 1 GiB
+    assert check("host_memory", measurement(witness=within)).passed

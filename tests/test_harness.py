@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from oomlab.measure import harness
+from oomlab.measure import harness, weights
 from oomlab.measure.harness import child_env, measure
 from oomlab.measure.warm import WarmServer
 
@@ -121,10 +121,11 @@ def test_ok_run_records_the_workload(ok_run):
     assert w["param_count"] == 4 * 8 + 8 + 8 * 1 + 1
     # Losses are recorded at backward(), and they are the script's own losses.
     assert w["losses"] == pytest.approx(figures["losses"], rel=1e-6)
-    # The final weights are the ones the script ends with.
-    assert w["weights_sum"] is not None
-    assert w["weights_sum"] == pytest.approx(figures["sum"], rel=1e-9)
-    assert w["weights_norm"] == pytest.approx(figures["norm"], rel=1e-9)
+    # The final weights are the ones the script ends with: the parent's digest of what the child wrote.
+    tensors = m.weights_digest["tensors"]
+    assert [t["shape"] for t in tensors] == [[8, 4], [8], [1, 8], [1]]
+    assert sum(t["sum"] for t in tensors) == pytest.approx(figures["sum"], rel=1e-6)
+    assert sum(t["norm"] ** 2 for t in tensors) ** 0.5 == pytest.approx(figures["norm"], rel=1e-6)
     # Without CUDA there are no allocator figures, and nothing was tampered with.
     assert m.stats is None
     assert m.tamper == [] and m.alloc_conf_changed == []
@@ -396,6 +397,11 @@ if sys.argv[1] == "sum":
     (first + second).backward()
 elif sys.argv[1] == "list":
     torch.autograd.backward([first, second])
+elif sys.argv[1] == "engine":  # around torch.autograd.backward, straight into the engine
+    from torch.autograd.graph import _engine_run_backward
+
+    total = first + second
+    _engine_run_backward((total,), (torch.ones_like(total),), False, False, (), allow_unreachable=True, accumulate_grad=True)
 else:
     grads = torch.autograd.grad(first + second, list(model.parameters()))
     for p, g in zip(model.parameters(), grads):
@@ -406,14 +412,84 @@ optimizer.step()
 
 def test_every_way_to_backpropagate_two_losses_gives_the_step_their_sum(tmp_path):
     script = write(tmp_path, "train.py", TWO_LOSSES)
-    runs = {way: run(script, args=(way,)) for way in ("sum", "list", "grad")}
+    runs = {way: run(script, args=(way,)) for way in ("sum", "list", "grad", "engine")}
     for way, m in runs.items():
         assert m.status == "ok", (way, m.message, m.stderr)
+        # The engine counts every backward, however the script reached it.
+        assert m.workload["backward_per_step"] == [1], way
     losses = {way: m.workload["losses"] for way, m in runs.items()}
-    assert losses["list"] == pytest.approx(losses["sum"], rel=1e-6) and losses["grad"] == pytest.approx(losses["sum"], rel=1e-6)
+    for way in ("list", "grad", "engine"):
+        assert losses[way] == pytest.approx(losses["sum"], rel=1e-6), way
     assert losses["sum"][0] > 0
-    weights = {m.workload["weights_sum"] for m in runs.values()}
-    assert max(weights) - min(weights) < 1e-6
+    for way in ("list", "grad", "engine"):
+        distance, why = weights.compare(runs[way].weights_digest, runs["sum"].weights_digest)
+        assert distance is not None and distance < 1e-6, (way, why)
+
+
+RETRIED_IN_HALVES = """
+import sys
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batch = torch.randn(8, 4)
+
+
+class TooBig(torch.autograd.Function):
+    \"\"\"Fails in backward for a batch over four samples, as an OOM would.\"\"\"
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.samples = x.shape[0]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.samples > 4:
+            raise RuntimeError("out of memory (simulated)")
+        return grad
+
+
+def step(x, scale=1.0):
+    (TooBig.apply(model(x)).pow(2).mean() * scale).backward()
+
+
+optimizer.zero_grad()
+if sys.argv[1] == "retry":  # the whole batch first, then its halves when its backward fails
+    try:
+        step(batch)
+    except RuntimeError:
+        optimizer.zero_grad()
+        step(batch[:4], 0.5)
+        step(batch[4:], 0.5)
+elif sys.argv[1] == "loss-fails":  # the whole batch's forward, then its loss fails before any backward
+    try:
+        out = model(batch)
+        raise RuntimeError("out of memory (simulated, in the loss)")
+    except RuntimeError:
+        step(batch[:4], 0.5)
+        step(batch[4:], 0.5)
+else:  # split before the first attempt
+    step(batch[:4], 0.5)
+    step(batch[4:], 0.5)
+optimizer.step()
+"""
+
+
+def test_a_batch_whose_backward_failed_is_not_counted_so_a_split_batch_counts_once(tmp_path):
+    script = write(tmp_path, "train.py", RETRIED_IN_HALVES)
+    retry, loss_fails, split = (run(script, args=(way,)) for way in ("retry", "loss-fails", "split"))
+    for m in (retry, loss_fails, split):
+        assert m.status == "ok", (m.message, m.stderr)
+        assert m.workload["samples_per_step"] == [8]
+        assert m.workload["backward_per_step"] == [2]
+        assert (m.workload["train_samples"], m.workload["train_elements"]) == (8, 32)
+    assert retry.workload["failed_backwards"] == 1 and split.workload["failed_backwards"] == 0
+    assert retry.workload["losses"] == pytest.approx(split.workload["losses"], rel=1e-6)
+    assert loss_fails.workload["losses"] == pytest.approx(split.workload["losses"], rel=1e-6)
 
 
 def test_an_exercise_file_is_measured_with_all_its_settings_and_only_the_budget_replaced(monkeypatch, tmp_path):

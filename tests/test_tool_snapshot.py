@@ -675,7 +675,8 @@ def test_probe_reports_what_the_driver_counts_beside_reserved(tmp_path, train_py
     assert driver["summary"][:80] in text
 
 
-def test_probe_without_nvml_says_the_figure_is_unavailable(tmp_path, train_py):
+def test_probe_without_nvml_says_the_figure_is_unavailable(tmp_path, train_py, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml now raises ImportError
     tool = probe.Probe(fake_torch(fragmented(train_py), []), tmp_path, {})
     tool.start()
     tool.finish(None, {})

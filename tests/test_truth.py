@@ -53,19 +53,35 @@ def test_a_cheat_declares_truly_whether_the_bug_runs_inside_it(course):
     for ex in course.exercises:
         bug, sol = shipped_source(ex), ex.solution_path.read_text(encoding="utf-8")
         for cheat in CHEATS:
-            made = cheat.make(bug, sol)
+            made = cheat.make(bug, sol, ex)
+            compile(made, cheat.name, "exec")
             if cheat.wraps_the_bug:  # it runs the bug from a file beside it, so the source only names that file
                 assert cheat.runs_the_bug and f"{WRAPPED}.py" in made and bug not in made, cheat.name
             else:
                 assert cheat.runs_the_bug == (bug in made), (ex.id, cheat.name)
 
 
-def test_a_cheat_that_runs_the_bug_is_caught_by_the_symptom_too(course):
+def test_a_cheat_that_runs_the_bug_under_the_budget_is_caught_by_the_symptom_too(course):
     for ex in course.exercises:
         cheats = {v.name: v for v in truth.variants(ex) if v.kind == "cheat"}
         for cheat in CHEATS:
             if cheat.name in cheats:
-                assert cheats[cheat.name].expect == cheat.caught_by | ({ex.symptom} if cheat.runs_the_bug else set())
+                capped = (
+                    cheat.runs_the_bug and not cheat.uncapped
+                )  # a cheat that lifts the budget first fits: only its own checks
+                assert cheats[cheat.name].expect == cheat.caught_by | ({ex.symptom} if capped else set())
+
+
+def test_every_way_a_grade_was_forged_is_tried_on_every_exercise(course):
+    ways = {cheat.way for cheat in CHEATS}
+    assert ways == {0, 1, 2, 3, 4, 5}
+    # The cheats that run the bug without its budget are caught from outside the process: by the driver.
+    for cheat in CHEATS:
+        if cheat.uncapped:
+            assert "driver" in cheat.caught_by and cheat.caught_by <= {"driver", "untampered"}, cheat.name
+    for ex in course.exercises:
+        names = {v.name for v in truth.variants(ex) if v.kind == "cheat"}
+        assert {c.name for c in CHEATS if c.way} <= names, ex.id
 
 
 def test_allocator_settings_are_read_from_the_source_without_writing_the_script(course):
@@ -99,14 +115,37 @@ def fake_report(ex, failed: list[str], stats=STATS) -> Report:
 def test_a_run_is_as_expected_only_when_it_fails_the_check_that_must_catch_it(course, monkeypatch, name, failed, as_expected):
     ex = course.get("feature-cache")
     variant = next(v for v in truth.variants(ex) if v.name == name)
-    monkeypatch.setattr(truth, "grade", lambda ex, script, reference: fake_report(ex, failed))
+    monkeypatch.setattr(truth, "grade", lambda ex, script, reference, strict: fake_report(ex, failed))
     row, _ = truth.check(variant, Measurement(script="ref.py", status="ok", stats=dict(STATS)))
     assert row["as_expected"] is as_expected
 
 
+@pytest.mark.parametrize(
+    "name,status,checks,as_expected",
+    [
+        ("run-the-solution", "error", ["sandbox"], True),  # it reached for the answers, and the sandbox stopped it
+        ("run-the-solution", "error", [], False),  # it failed, but not because the sandbox stopped it
+        ("activations-on-the-host", "timeout", [], True),  # so slow, copying to the host, that it ran out of time
+        ("activations-on-the-host", "crashed", [], False),
+    ],
+)
+def test_a_run_that_did_not_finish_is_as_expected_when_what_ended_it_is_what_must_catch_it(
+    course, monkeypatch, name, status, checks, as_expected
+):
+    ex = course.get("feature-cache")
+    variant = next(v for v in truth.variants(ex) if v.name == name)
+    failed = [CheckResult(c, False, "", "", "") for c in checks]
+    report = Report(ex, Measurement(script="x.py", status=status), None, failed)
+    monkeypatch.setattr(truth, "grade", lambda ex, script, reference, strict: report)
+    row, _ = truth.check(variant, Measurement(script="ref.py", status="ok", stats=dict(STATS)))
+    assert row["verdict"] == "fail" and row["as_expected"] is as_expected
+
+
 def test_a_fix_whose_figures_do_not_repeat_the_reference_is_not_as_expected(course, monkeypatch):
     ex = course.get("eval-graphs")
-    monkeypatch.setattr(truth, "grade", lambda ex, script, reference: fake_report(ex, [], {**STATS, "peak_reserved": 122}))
+    monkeypatch.setattr(
+        truth, "grade", lambda ex, script, reference, strict: fake_report(ex, [], {**STATS, "peak_reserved": 122})
+    )
     row, _ = truth.check(truth.variants(ex)[0], Measurement(script="ref.py", status="ok", stats=dict(STATS)))
     assert row["repeatable"] is False and row["as_expected"] is False
 

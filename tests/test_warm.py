@@ -109,10 +109,26 @@ def test_another_course_is_refused_and_measured_fresh(server, course, tmp_path):
 
 
 def test_an_environment_torch_reads_at_start_is_refused(server, course, monkeypatch):
-    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     m = run(write(course, TRAIN), server=server)
     assert m.status == "ok" and m.runner == "fresh"
-    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in m.runner_note
+    assert "CUDA_LAUNCH_BLOCKING" in m.runner_note
+
+
+def test_allocator_variables_of_the_callers_never_reach_a_run_so_the_server_still_serves_it(server, course, monkeypatch):
+    for var in ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_HIP_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "CUDA_MODULE_LOADING"):
+        monkeypatch.setenv(var, "1")
+    env = child_env("expandable_segments:True")
+    assert not {
+        "PYTORCH_NO_CUDA_MEMORY_CACHING",
+        "PYTORCH_HIP_ALLOC_CONF",
+        "CUBLAS_WORKSPACE_CONFIG",
+        "CUDA_MODULE_LOADING",
+    } & set(env)
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    m = run(write(course, TRAIN), server=server)
+    assert m.status == "ok" and m.runner == "forked", m.runner_note
+    assert m.settings_at_start == {}  # what the run's allocator started with: none of them
 
 
 def test_a_server_older_than_the_measuring_code_is_refused(server, course, monkeypatch):

@@ -23,6 +23,8 @@ submission scored as its variant should. ``oom_hook`` is what :mod:`oomlab.oom_h
 training loop before any OOM, history recording on and off (:mod:`oomlab.bench.oom_hook`).
 ``big_snapshot`` is the snapshot tool's own time and memory on a snapshot of a
 few hundred MB recorded on this GPU (:mod:`oomlab.bench.big_snapshot`).
+``witness`` is what watching each run from outside costs: the driver read every
+few milliseconds, against not read at all (:mod:`oomlab.bench.witness`).
 
 A benchmark, not a test: nothing here passes or fails; the targets are written
 beside the figures, met or not.
@@ -194,6 +196,8 @@ def bench(
     assignment: str = "snapshot",
     oom_hook_steps: int = 0,
     big_snapshot_events: int = 0,
+    witness_runs: int = 0,
+    witness_exercises: list[str] | None = None,
 ) -> Iterator[dict]:
     """Time the exercises (those in ``only``, or all), the scripts and the whole truth check.
 
@@ -245,6 +249,11 @@ def bench(
 
             note(f"the snapshot tool on a snapshot of {big_snapshot_events:,} events")
             yield {**sitting, "big_snapshot": {**bench_big_snapshot(big_snapshot_events), **sitting}}
+        if witness_runs:
+            from oomlab.bench.witness import measure as bench_witness
+
+            note(f"the witness, {witness_runs} runs with the driver read and {witness_runs} without")
+            yield {**sitting, "witness": {**bench_witness(witness_exercises or [], witness_runs), **sitting}}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -57,7 +57,7 @@ from oomlab.course.manifest import Exercise
 from oomlab.course.state import StateDir, shown, write_atomic, write_error
 from oomlab.errors import OomLabError
 from oomlab.grading.reference import measure_reference
-from oomlab.grading.verdict import grade
+from oomlab.grading.verdict import grade, require_witness
 from oomlab.measure import warm
 from oomlab.measure.declared import declared_alloc_conf
 from oomlab.measure.harness import MACHINE_PROBLEMS, child_env, measure_exercise_file
@@ -192,9 +192,13 @@ def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[
     def one(sub: _Submission) -> None:
         path = _script_path(sub)
         write_atomic(path, sub.script)
-        m = measure_exercise_file(sub.ex, path)
-        if m.status not in MACHINE_PROBLEMS:
-            measured.store(sub.ex, sub.script, m)
+        # Sandboxed with the whole class folder out of reach (other students' work, the pinned course, the
+        # gradebook), and witnessed by the driver: a grade others rely on, or none (a machine problem stops the class).
+        m = measure_exercise_file(sub.ex, path, sandbox_required=True, hide=(root,))
+        if m.status in MACHINE_PROBLEMS:
+            raise machine_error(m, sub.ex)
+        require_witness(m, sub.ex)
+        measured.store(sub.ex, sub.script, m)
 
     with contextlib.ExitStack() as stack:
         for server in stack.enter_context(warm.serving(pinned, confs, child_env)):

@@ -25,7 +25,19 @@ __all__ = [
 # reference. Honesty checks earn none of their own, but a run that fails one earns no memory
 # points either: they say whether it is still the same training job, measured untouched.
 MEMORY = frozenset({"no_oom", "peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "plateau"})
-HONESTY = frozenset({"untampered", "settings", "same_workload", "same_results", "same_log", "backward_per_step"})
+HONESTY = frozenset(
+    {
+        "untampered",
+        "settings",
+        "driver",  # what the driver saw agrees with the figures: no other process, no memory around the allocator
+        "cpu_time",  # no work moved to the CPU
+        "host_memory",  # no memory moved to the host
+        "same_workload",
+        "same_results",
+        "same_log",
+        "backward_per_step",
+    }
+)
 POINTS_PER_CHECK = 2
 ANSWER_POINTS = 2
 MAGIC = "%%writefile"

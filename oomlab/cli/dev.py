@@ -285,6 +285,16 @@ def bench(
     big_snapshot_events: int = typer.Option(
         0, "--big-snapshot", min=0, metavar="EVENTS", help="also time the snapshot tool on a snapshot of this many events"
     ),
+    witness_runs: int = typer.Option(
+        0,
+        "--witness",
+        min=0,
+        metavar="RUNS",
+        help="also time this many runs with the driver read by the witness and as many without",
+    ),
+    witness_exercise: Optional[list[str]] = typer.Option(
+        None, "--witness-exercise", help="the exercise whose reference fix --witness runs (repeatable; default: the first three)"
+    ),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
@@ -309,6 +319,8 @@ def bench(
             assignment=assignment,
             oom_hook_steps=oom_hook_steps,
             big_snapshot_events=big_snapshot_events,
+            witness_runs=witness_runs,
+            witness_exercises=witness_exercise,
         ):
             report = merge(report, now)
             write_atomic(path, json.dumps(report, indent=2) + "\n")
@@ -332,6 +344,13 @@ def bench(
         for loop, row in report["oom_hook"].get("loops", {}).items():
             overhead = ", ".join(f"{v.replace('_', ' ')} {f:+.1%}" for v, f in row["overhead"].items())
             console.print(f"OOM hook on the {loop} loop: {overhead} per step ({report['oom_hook']['created']})")
+    if "witness" in report:
+        for ex_id, row in report["witness"]["exercises"].items():
+            w = row["with"]
+            console.print(
+                f"Witness on {ex_id}: {w['samples']:.0f} samples of {w['sample_ms_mean']} ms each, the supervisor's CPU "
+                f"{w['supervisor_cpu_s']} s, the script {row['script_wall_overhead']:+.1%} ({report['witness']['created']})"
+            )
     if "big_snapshot" in report:
         big = report["big_snapshot"]
         console.print(

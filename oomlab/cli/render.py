@@ -11,7 +11,7 @@ from rich.text import Text
 
 from oomlab.course.manifest import Exercise
 from oomlab.course.originals import manifest_note
-from oomlab.grading.verdict import Report
+from oomlab.grading.verdict import Report, unwitnessed
 from oomlab.measure.harness import SCRIPT_FAILURES, Measurement
 from oomlab.oom import first_line
 from oomlab.units import format_bytes
@@ -132,6 +132,17 @@ def notes(m: Measurement, ex: Exercise) -> list[str]:
         )
     elif m.alloc_conf_declared:
         found.append(f"The script sets the allocator's settings itself: the run started with {m.alloc_conf or 'the defaults'}.")
+    sandbox = m.sandbox or {}
+    if sandbox and not sandbox.get("applied") and sandbox.get("reason") != "not asked for":
+        found.append(
+            f"This run was not sandboxed ({sandbox.get('reason')}): the script could have read the answers. "
+            "A class's grading refuses a machine like this one."
+        )
+    if why := unwitnessed(m):
+        found.append(
+            f"The driver did not witness this run ({why}): its memory figures are the process's own word. "
+            "A class's grading refuses a machine like this one."
+        )
     return found
 
 
@@ -169,8 +180,11 @@ def print_run(console: Console, m: Measurement, ex: Exercise) -> None:
 
 def print_report(console: Console, report: Report) -> None:
     m, ex = report.measurement, report.exercise
-    if not report.checks:
+    if not report.checks or m.status in SCRIPT_FAILURES:
         console.print(script_failure(m, ex))
+        for c in report.checks:  # a run the sandbox stopped says what it reached for
+            console.print(Text.assemble(("✗ ", "red"), (c.name, "bold"), f": {c.detail}"))
+            console.print(Text(f"  Why it matters: {c.why}", style="dim"))
         print_manifest_note(console, ex)
         return
     if m.oom and m.status == "oom":

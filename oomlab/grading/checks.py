@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from oomlab.errors import OomLabError
+from oomlab.measure import weights
 from oomlab.measure.harness import Measurement
 from oomlab.oom import first_line
 from oomlab.units import MIB, format_bytes
@@ -96,7 +97,7 @@ class Settings(Check):
     def evaluate(self, m, ref, params):
         wanted, free = params.get("alloc_conf", ""), params.get("learner_settings", False)
         used = m.alloc_conf or "the defaults"
-        if "backend" in m.alloc_conf:
+        if "backend" in m.alloc_conf or m.allocator_backend not in ("", "native"):
             return self.result(
                 False,
                 used,
@@ -121,6 +122,10 @@ class Untampered(Check):
 
     def evaluate(self, m, ref, params):
         problems = list(m.tamper)
+        if m.sandbox.get("asked") and "applied" not in m.sandbox:
+            problems.append("ended with a result the harness did not write (it lacks the harness's own reports)")
+        if m.caching_at_start is False:
+            problems.append("ran with the caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING), so it cached nothing")
         peak = _stat(m, "peak_reserved")
         if peak is not None and m.budget_bytes and peak > m.budget_bytes:
             problems.append(f"reserved {format_bytes(peak)}, more than the {format_bytes(m.budget_bytes)} budget")
@@ -243,7 +248,7 @@ class SameResults(Check):
         "A memory fix must not change what the model computes: the same loss at every optimizer step, "
         "the same final weights (or, for a worker that only serves, the same outputs), within tolerance."
     )
-    params = {"rtol": float, "atol": float}
+    params = {"rtol": float, "atol": float, "weights_rtol": float}
 
     def evaluate(self, m, ref, params):
         rtol, atol = params.get("rtol", 1e-3), params.get("atol", 1e-5)
@@ -276,18 +281,22 @@ class SameResults(Check):
                 f"{ref_losses[step]:.6g}. The change altered what the optimizer sees. (Losses are summed per optimizer "
                 "step: micro-batches whose losses are divided by their number add up to the whole batch's.)",
             )
-        for key, label in (("weights_sum", "sum"), ("weights_norm", "norm")):
-            mine, theirs = w.get(key), r.get(key)
-            if mine is None or theirs is None or not close(mine, theirs, rtol, atol):
-                return self.result(
-                    False,
-                    f"weights {label} {mine}",
-                    f"{theirs} ({threshold})",
-                    f"The final weights differ from the reference's ({label} {mine} vs {theirs}).",
-                )
+        wtol = params.get("weights_rtol", WEIGHTS_RTOL)
+        distance, why = weights.compare(m.weights_digest, ref.weights_digest)
+        if distance is None or distance > wtol:
+            said = why or f"they are {distance:.1e} apart (relative), more than {wtol:g}"
+            return self.result(
+                False,
+                "weights differ" if why else f"weights off by {distance:.1e}",
+                f"weights within {wtol:g} (relative, tensor by tensor)",
+                f"The final weights, compared tensor by tensor with the reference's: {said}. The run did not train "
+                "the model the reference trains.",
+            )
+        if problem := outputs_differ(w, r, rtol, atol):
+            return self.result(False, "evaluation differs", threshold, problem)
         if scale and not off and not close(scale, 1.0, rtol, atol):
             return self.result(True, f"losses {scale:.3g}x the reference's, weights equal", threshold)
-        return self.result(True, f"max loss diff {worst:.1e}", threshold)
+        return self.result(True, f"max loss diff {worst:.1e}, weights {distance:.0e}", threshold)
 
     def _outputs(self, w, r, rtol, atol, threshold):
         sums, ref_sums = (w.get("serving") or {}).get("output_sums", []), r["serving"]["output_sums"]
@@ -306,6 +315,26 @@ class SameResults(Check):
                 "The change altered what the worker answers.",
             )
         return self.result(True, f"{len(sums)} outputs equal", threshold)
+
+
+def outputs_differ(w: dict, r: dict, rtol: float, atol: float) -> str:
+    """What differs in what evaluation computed (the sums of every inference output), in words; "" when nothing does.
+
+    Summed over all inference forwards, so an evaluation split into other
+    batches agrees; one given other data, or none, does not.
+    """
+    mine, theirs = w.get("inference_outputs") or {}, r.get("inference_outputs") or {}
+    if not theirs.get("digested"):
+        return ""
+    for key, label in (("sum", "sum"), ("sum_squares", "sum of squares")):
+        a, b = mine.get(key), theirs[key]
+        scale = max(abs(b), 1.0)
+        if a is None or not close(a / scale, b / scale, rtol, atol):
+            return (
+                f"The outputs of the evaluation and other no-grad passes have a {label} of {a if a is None else f'{a:.6g}'}; "
+                f"the reference's {b:.6g}. What is evaluated must be computed, not printed."
+            )
+    return ""
 
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
@@ -394,6 +423,170 @@ class Plateau(Check):
         return self.result(not grew, measured, threshold, detail)
 
 
+# Relative distance of final weights, tensor by tensor. On an H200 the honest fixes stay below 1e-3 (the same script
+# run twice differs by up to 2e-4: some backward kernels add in no fixed order); another seed or less data lands near 1.
+WEIGHTS_RTOL = 1e-2
+
+# The witness's tolerances, from the truth check on an H200 (course/measurements/verify.json, each run's `witness`):
+# between runs of honest fixes, the CUDA context at the end differs by the kernels each loads.
+CONTEXT_SLACK_MIB = 64
+# What a sample every few milliseconds can miss of a reserved peak that lasts less (a cache emptied right after it).
+SAMPLING_SLACK = 0.10
+
+
+def _mib(n: int | None) -> str:
+    return format_bytes(n) if n is not None else "n/a"
+
+
+class Witnessed(Check):
+    """The driver, read from outside the measured process, against what the process says of its memory."""
+
+    name = "driver"
+    why = (
+        "The driver counts what the process really held on the GPU, and it is read from outside the run; the "
+        "allocator's figures come from inside it, where a script could change them."
+    )
+    params = {"context_slack_mib": float}
+
+    def evaluate(self, m, ref, params):
+        w = m.witness or {}
+        others = w.get("other_gpu_processes") or []
+        if others:
+            listed = "; ".join(f"pid {p['pid']} ({p['command'][:80]}) held {format_bytes(p['used_bytes'])}" for p in others)
+            return self.result(
+                False,
+                f"{len(others)} other process(es) on the GPU",
+                "the measured process alone",
+                f"Another process of the run used the GPU: {listed}. The job has to run in the measured process, "
+                "under its budget, where the grader can see it.",
+            )
+        driver = w.get("driver") or {}
+        if not driver.get("available"):
+            # Only a learner's own check gets here: a class's grading and the truth check refuse an unwitnessed
+            # run as a machine problem (oomlab.grading.verdict.grade), and the report says why it was not.
+            return self.result(True, "not witnessed", "witnessed where the driver can", "")
+        stats = m.stats or {}
+        peak, ready, at_figures = driver.get("peak_bytes"), driver.get("at_ready_bytes"), driver.get("at_figures_bytes")
+        reserved_peak, reserved_final = stats.get("peak_reserved"), stats.get("reserved_final")
+        slack = params.get("context_slack_mib", CONTEXT_SLACK_MIB) * MIB
+        ref_context = context_at_end(ref)
+        context = context_at_end(m)
+        threshold = f"within {format_bytes(slack)} of the allocator's figures plus the CUDA context"
+        if peak is None or reserved_peak is None or ready is None:
+            return self.result(
+                False,
+                "no reading",
+                threshold,
+                "The driver never saw the measured process with its CUDA context, or the run recorded no memory figures.",
+            )
+        if context is not None and ref_context is not None and context - ref_context > slack:
+            outside = context - ref_context
+            return self.result(
+                False,
+                f"{format_bytes(outside)} outside the allocator",
+                threshold,
+                f"At the end of the run the driver counted {format_bytes(at_figures)} for the process: the allocator's "
+                f"{format_bytes(reserved_final)} reserved and a CUDA context of {format_bytes(context)}, "
+                f"{format_bytes(outside)} more than the reference's ({format_bytes(ref_context)}). That is device memory "
+                "outside PyTorch's caching allocator (CuPy, cuMemAlloc, another library's own pool) or figures that do not "
+                "match the process: the budget caps only the caching allocator.",
+            )
+        upper = reserved_peak + (context if context is not None else (ref_context or ready)) + slack
+        if peak > upper:
+            over = peak - (ref_context or ready) - (m.budget_bytes or 0)
+            beyond = (
+                f", {format_bytes(over)} more than the {format_bytes(m.budget_bytes)} budget lets the allocator reserve"
+                if m.budget_bytes and over > slack
+                else ""
+            )
+            return self.result(
+                False,
+                f"driver peak {format_bytes(peak)}",
+                f"<= {format_bytes(upper)}",
+                f"Figures disagree with the driver: it saw the process hold {format_bytes(peak)} at its peak{beyond}; the "
+                f"allocator's peak reserved ({format_bytes(reserved_peak)}) and the CUDA context make "
+                f"{format_bytes(upper - slack)}. Memory was held outside the figures the run reports: around the allocator, "
+                "after they were read, or with its statistics reset or replaced.",
+            )
+        lower = reserved_peak + ready - slack - SAMPLING_SLACK * reserved_peak
+        if peak < lower:
+            return self.result(
+                False,
+                f"driver peak {format_bytes(peak)}",
+                f">= {format_bytes(lower)}",
+                f"Figures disagree with the driver: the run reports {format_bytes(reserved_peak)} reserved at its peak, "
+                f"but the driver never saw the process hold more than {format_bytes(peak)}, its CUDA context "
+                f"({format_bytes(ready)}) included.",
+            )
+        return self.result(True, f"driver peak {format_bytes(peak)}, context {_mib(context)}", threshold)
+
+
+def context_at_end(m: Measurement | None) -> int | None:
+    """What the driver counted beyond reserved when the figures were read: the CUDA context, and anything outside the allocator."""
+    if m is None or not m.figures_witnessed:
+        return None
+    at = ((m.witness or {}).get("driver") or {}).get("at_figures_bytes")
+    final = (m.stats or {}).get("reserved_final")
+    return at - final if at is not None and final is not None else None
+
+
+def script_cpu(m: Measurement | None) -> float | None:
+    """CPU seconds of the run and everything it started, from the script's start on, as the kernel counted them."""
+    return (m.witness or {}).get("script_cpu_s") if m is not None else None
+
+
+def host_growth(m: Measurement | None) -> int | None:
+    """How far the process's resident host memory rose above what it held when the script started (the kernel's peak)."""
+    w = (m.witness or {}) if m is not None else {}
+    peak, ready = w.get("maxrss_bytes"), w.get("rss_at_ready_bytes")
+    return peak - ready if peak is not None and ready is not None else None
+
+
+class CpuTime(Check):
+    name = "cpu_time"
+    why = (
+        "Work moved from the GPU to the CPU, or to another process, is work the GPU's memory figures never see; the "
+        "kernel counts the CPU time of the run and everything it starts."
+    )
+    params = {"factor": float, "slack_s": float}
+
+    def evaluate(self, m, ref, params):
+        mine, theirs = script_cpu(m), script_cpu(ref)
+        if mine is None or theirs is None:
+            return self.result(False, "n/a", "n/a", "The kernel's CPU time of the run was not recorded.")
+        factor, slack = params.get("factor", 3.0), params.get("slack_s", 20.0)
+        limit = max(theirs * factor, theirs + slack)
+        return self.result(
+            mine <= limit,
+            f"{mine:.1f} s",
+            f"<= {limit:.1f} s (reference {theirs:.1f} s)",
+            f"The run spent {mine:.1f} s of CPU time, its own processes included; the reference spends {theirs:.1f} s. "
+            "Computing on the CPU what the reference computes on the GPU is not a memory fix.",
+        )
+
+
+class HostMemory(Check):
+    name = "host_memory"
+    why = (
+        "Tensors moved to the host (saved activations, caches kept with .cpu()) leave the GPU's figures and fill the "
+        "host instead; the kernel counts the process's resident memory."
+    )
+    params = {"slack_mib": float, "tolerance": float}
+
+    def evaluate(self, m, ref, params):
+        mine, theirs = host_growth(m), host_growth(ref)
+        if mine is None or theirs is None:
+            return self.result(False, "n/a", "n/a", "The kernel's figure for the run's host memory was not recorded.")
+        limit = max(theirs * (1 + params.get("tolerance", 0.25)), theirs + params.get("slack_mib", 1024) * MIB)
+        return self.result(
+            mine <= limit,
+            f"+{format_bytes(max(mine, 0))}",
+            f"<= +{format_bytes(limit)} (reference +{format_bytes(max(theirs, 0))})",
+            f"The run's resident host memory grew by {format_bytes(max(mine, 0))} while it ran; the reference's by "
+            f"{format_bytes(max(theirs, 0))}. Keeping on the host what the reference keeps on the GPU is not a fix here.",
+        )
+
+
 CHECKS: dict[str, Check] = {
     c.name: c
     for c in (
@@ -409,15 +602,19 @@ CHECKS: dict[str, Check] = {
         BackwardPerStep(),
         Plateau(),
         SameLog(),
+        Witnessed(),
+        CpuTime(),
+        HostMemory(),
     )
 }
-ALWAYS = ("untampered", "settings")  # every exercise gets these, whatever its manifest says
+# Every exercise gets these, whatever its manifest says (a manifest may still set their parameters).
+ALWAYS = ("untampered", "settings", "driver", "cpu_time", "host_memory")
 
 
 def run_checks(
     checks: dict[str, dict], m: Measurement, ref: Measurement | None, settings: dict | None = None
 ) -> list[CheckResult]:
     """Every check of the exercise and :data:`ALWAYS`; ``settings`` are the exercise's allocator settings, for ``settings``."""
-    params = {**checks, "settings": settings or {}}
+    params = {**checks, "settings": {**checks.get("settings", {}), **(settings or {})}}
     names = list(ALWAYS) + [n for n in checks if n not in ALWAYS]
     return [CHECKS[name].evaluate(m, ref, params.get(name, {})) for name in names]

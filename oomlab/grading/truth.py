@@ -30,11 +30,12 @@ from oomlab.course.manifest import Exercise
 from oomlab.course.originals import shipped_source
 from oomlab.course.state import StateDir, write_atomic
 from oomlab.grading.cheats import CHEATS, WRAPPED
+from oomlab.grading.checks import context_at_end, host_growth, script_cpu
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.verdict import Report, grade
-from oomlab.measure import MEASURING_CODE, digest, warm
+from oomlab.measure import MEASURING_CODE, digest, warm, weights
 from oomlab.measure.declared import declared_alloc_conf
-from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, child_env
+from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, Measurement, child_env
 from oomlab.measure.machine import machine_error
 from oomlab.oom import first_line
 
@@ -52,8 +53,8 @@ class Variant:
     exercise: Exercise
     kind: str  # "solution", "bug", "wrong-fix", "alternative" or "cheat"
     name: str
-    expect: frozenset[str]  # checks of which at least one must fail; empty: every check must pass
-    make: Callable[[str, str], str] | None = None  # (bug, solution) -> source; None for the solution itself
+    expect: frozenset[str]  # checks (or a failed run's status) of which at least one must fail; empty: every check must pass
+    make: Callable[[str, str, Exercise], str] | None = None  # (bug, solution, exercise) -> source; None for the fix itself
     wraps_the_bug: bool = False
 
     @property
@@ -64,7 +65,7 @@ class Variant:
         """The text of the run's script, made in memory: what :meth:`script` writes (or, for the fix, points at)."""
         ex = self.exercise
         sol = ex.solution_path.read_text(encoding="utf-8")
-        return sol if self.make is None else self.make(shipped_source(ex), sol)
+        return sol if self.make is None else self.make(shipped_source(ex), sol, ex)
 
     def script(self) -> Path:
         """Where the run's script is: the reference fix itself, or a variant written under ``.oomlab/variants/``."""
@@ -82,17 +83,17 @@ def variants(ex: Exercise) -> list[Variant]:
     """Every run the truth check makes for ``ex``, the reference fix first."""
     runs = [
         Variant(ex, "solution", "solution", frozenset()),
-        Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol: bug),
+        Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol, ex: bug),
     ]
     for fix in ex.wrong_fixes:
-        runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, fix=fix: fix.apply(bug)))
+        runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, ex, fix=fix: fix.apply(bug)))
     for alt in ex.alternatives:
-        runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, alt=alt: alt.apply(bug)))
+        runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, ex, alt=alt: alt.apply(bug)))
     for cheat in CHEATS:
         if ex.learner_settings and cheat.name == "allocator-settings-at-runtime":
             continue  # where the fix is a setting, setting it at run time is a fix, not a cheat
         caught_by = cheat.caught_by
-        if cheat.runs_the_bug:  # the bug still runs inside it: its symptom catches it too
+        if cheat.runs_the_bug and not cheat.uncapped:  # the bug still runs inside it, capped: its symptom catches it too
             caught_by = caught_by | {ex.symptom}
         runs.append(Variant(ex, "cheat", cheat.name, caught_by, cheat.make, cheat.wraps_the_bug))
     return runs
@@ -100,8 +101,10 @@ def variants(ex: Exercise) -> list[Variant]:
 
 def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
     """Run one variant against the reference; the row says whether it behaved as the course says."""
-    report = grade(variant.exercise, variant.script(), reference=reference)
-    m, failed = report.measurement, report.failed()
+    report = grade(variant.exercise, variant.script(), reference=reference, strict=True)
+    m = report.measurement
+    # A run that did not get to its checks fails as what ended it (a timeout, say), or as the sandbox's check.
+    failed = report.failed() or ([m.status] if m.status in SCRIPT_FAILURES else [])
     if variant.expect:
         as_expected = not report.passed and bool(variant.expect & set(failed))
     else:
@@ -117,6 +120,7 @@ def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
         "inactive_split_final": stats.get("inactive_split_final"),
         "wall_s": round(m.wall_s, 3) if m.wall_s is not None else None,
         "runner": m.runner,
+        "witness": witness_figures(m, reference),
         "failed_checks": failed,
         "expected_failure": sorted(variant.expect) or None,
         "as_expected": as_expected,
@@ -128,6 +132,24 @@ def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
         row["message"] = first_line(m.message, limit=None)  # whole: the site shows the error as a learner meets it
         row["where"] = m.where
     return row, report
+
+
+def witness_figures(m: Measurement, reference: Measurement) -> dict:
+    """What the witness saw of a run, beside what the run said: the figures its tolerances are set from."""
+    w = m.witness or {}
+    driver = w.get("driver") or {}
+    distance, _ = weights.compare(m.weights_digest, reference.weights_digest)
+    return {
+        "driver_peak": driver.get("peak_bytes"),
+        "context_at_start": driver.get("at_ready_bytes"),
+        "context_at_end": context_at_end(m),
+        "samples": driver.get("samples"),
+        "sample_ms_mean": round(1000 * driver["sample_s_mean"], 3) if driver.get("sample_s_mean") is not None else None,
+        "other_gpu_processes": len(w.get("other_gpu_processes") or []),
+        "script_cpu_s": script_cpu(m),
+        "host_growth": host_growth(m),
+        "weights_distance": distance,
+    }
 
 
 def explain(row: dict, report: Report) -> str:

@@ -1,9 +1,15 @@
 """Measuring a training script: one new process per run, under a memory budget.
 
-- :mod:`~oomlab.measure.harness` starts the process, enforces the time limit and
-  turns every way a run can end into a :class:`~oomlab.measure.harness.Measurement`;
-- :mod:`~oomlab.measure.child` runs inside that process: budget, guards, workload
-  observer, the learner's script, one JSON result;
+- :mod:`~oomlab.measure.harness` starts the process and turns every way a run can
+  end into a :class:`~oomlab.measure.harness.Measurement`;
+- :mod:`~oomlab.measure.child` runs inside that process: sandbox, budget, guards,
+  workload observer, the learner's script, one JSON result and the final weights;
+- :mod:`~oomlab.measure.supervisor` starts it and enforces the time limit, and
+  :mod:`~oomlab.measure.witness` watches it from outside: the driver's figure for
+  its GPU memory, other processes of the run on the GPU, its CPU time and host memory;
+- :mod:`~oomlab.measure.sandbox` (Landlock) and :mod:`~oomlab.measure.confine` (the
+  policy) keep a graded script from the answers; :mod:`~oomlab.measure.weights`
+  digests the final weights for a comparison tensor by tensor;
 - :mod:`~oomlab.measure.server` keeps torch imported and forks that process, so a
   run costs its workload and not the imports; :mod:`~oomlab.measure.warm` starts,
   finds and asks such servers;
@@ -27,6 +33,11 @@ MEASURING_CODE = (
     _HERE / "warm.py",
     _HERE / "stats.py",
     _HERE / "declared.py",
+    _HERE / "supervisor.py",
+    _HERE / "witness.py",
+    _HERE / "sandbox.py",
+    _HERE / "confine.py",
+    _HERE / "weights.py",
     _HERE.parent / "oom.py",
     _HERE.parent / "frames.py",
 )

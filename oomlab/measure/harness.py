@@ -4,8 +4,15 @@ Each measurement runs in a new process so that the same script gives the same
 figures every run: a fresh Python process, or a child forked from a warm server
 (:mod:`oomlab.measure.warm`) that has imported torch but never touched CUDA.
 The child (``child.py``) sets the memory budget, seeds, guards and hooks before
-the learner's code runs and writes one JSON result; this side adds the time
-limit and turns every way a run can end into a :class:`Measurement`.
+the learner's code runs and writes one JSON result and the final weights; a
+supervisor that runs none of the learner's code (``supervisor.py``, or the
+warm server's fork) enforces the time limit and reports what the driver and
+the kernel saw (:mod:`oomlab.measure.witness`). This side turns every way a
+run can end into a :class:`Measurement`, with the witness's report and the
+weights' digest (:mod:`oomlab.measure.weights`) beside what the child said.
+
+A run for a grade is **sandboxed** (:mod:`oomlab.measure.confine`): the script
+cannot read the answers or the harness's files, or write where grading reads.
 """
 
 from __future__ import annotations
@@ -20,17 +27,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oomlab.measure import warm
+from oomlab.measure import confine, warm, weights
 from oomlab.measure.declared import declared_alloc_conf
-from oomlab.measure.stats import ALLOC_CONF_VARS
+from oomlab.measure.stats import ALLOCATOR_VARIABLES
 from oomlab.oom import first_line
 
 CHILD = Path(__file__).with_name("child.py")
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+REPORT_GRACE_S = 60  # beyond the run's own limit, which the supervisor enforces: its start, and stopping what ran
 
 # Statuses where the learner's script did not run to its end, through its own doing.
 SCRIPT_FAILURES = {"missing", "syntax", "error", "exit", "timeout", "crashed"}
 # Statuses where this machine, not the script, is the problem.
-MACHINE_PROBLEMS = {"no_torch", "torch_too_old", "no_cuda", "gpu_too_small", "gpu_busy"}
+MACHINE_PROBLEMS = {"no_torch", "torch_too_old", "no_cuda", "gpu_too_small", "gpu_busy", "no_sandbox", "no_supervisor"}
 
 
 @dataclass
@@ -63,6 +72,18 @@ class Measurement:
     tool_error: str = ""
     stdout: str = ""
     stderr: str = ""
+    # What the child said of its own set-up (checked against the parent's settings by the grader).
+    sandbox: dict = field(default_factory=dict)  # {"applied", "abi"} or {"applied": False, "reason"}
+    settings_at_start: dict = field(default_factory=dict)  # allocator variables set when CUDA started
+    settings_at_exit: dict = field(default_factory=dict)
+    caching_at_start: bool | None = None
+    allocator_backend: str = ""
+    blocking_sync: str | None = None  # "" when waiting threads sleep; else why not
+    figures_witnessed: bool | None = None
+    weights: list = field(default_factory=list)  # the shapes the child wrote
+    # Added by this side, from outside the measured process.
+    witness: dict | None = None  # oomlab.measure.witness.Witness's report
+    weights_digest: dict | None = None  # oomlab.measure.weights.digest of the final weights
 
     @property
     def oom(self) -> bool:
@@ -119,8 +140,13 @@ def check_syntax(script: Path, source: str) -> Measurement | None:
 
 
 def child_env(alloc_conf: str) -> dict:
+    """The measured run's environment: the caller's, less every allocator variable, plus the exercise's setting.
+
+    A whitelist: of :data:`~oomlab.measure.stats.ALLOCATOR_VARIABLES` only
+    ``PYTORCH_CUDA_ALLOC_CONF`` can be set, and only to ``alloc_conf``.
+    """
     env = dict(os.environ)
-    for var in ALLOC_CONF_VARS:
+    for var in ALLOCATOR_VARIABLES:
         env.pop(var, None)
     if alloc_conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
@@ -128,6 +154,9 @@ def child_env(alloc_conf: str) -> dict:
     env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
     env["PYTHONHASHSEED"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
+    # OpenMP's threads sleep between parallel regions instead of spinning, so the run's CPU time is the work it
+    # did (the grader compares it with the reference's), whatever else the machine runs.
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 
 
@@ -145,6 +174,10 @@ def measure(
     server: warm.WarmServer | None = None,
     serving: bool = False,
     settings_free: bool = False,
+    sandboxed: bool = False,
+    sandbox_required: bool = False,
+    hide: tuple[Path, ...] = (),
+    witness_driver: bool = True,
 ) -> Measurement:
     """Run ``script`` once under the budget in a fresh process and measure it.
 
@@ -163,6 +196,10 @@ def measure(
     each one's output, for the checks of a long-lived inference worker.
     ``settings_free`` lets the script change the allocator's settings while it
     runs (``_set_allocator_settings``), as it could under ``python``.
+    ``sandboxed`` confines the script for a grade (:mod:`oomlab.measure.confine`;
+    ``hide`` adds folders to keep from it); ``sandbox_required`` makes a
+    kernel that cannot confine it a machine problem rather than a note.
+    ``witness_driver=False`` leaves the driver unread (``oomlab dev bench`` times what reading it costs).
     """
     script = Path(script).resolve()
     if not script.is_file():
@@ -177,6 +214,8 @@ def measure(
 
     with tempfile.TemporaryDirectory(prefix="oomlab-") as tmp:
         tmp = Path(tmp)
+        work = tmp / "work"  # the script's own folder while it runs sandboxed
+        work.mkdir()
         spec = {
             "script": str(script),
             "args": list(args),
@@ -184,9 +223,13 @@ def measure(
             "seed": seed,
             "require_cuda": require_cuda,
             "result_path": str(tmp / "result.json"),
+            "weights_path": str(tmp / "weights.f32"),
+            "work_dir": str(work),
             "tool": tool,
             "serving": serving,
             "settings_free": settings_free,
+            "sandbox": confine.grading_policy(script, tmp, work, course_root, hide).to_json() if sandboxed else None,
+            "sandbox_required": sandbox_required,
         }
         (tmp / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         run = {
@@ -196,6 +239,7 @@ def measure(
             "cwd": str(script.parent),
             "env": child_env(alloc_conf),
             "time_limit_s": time_limit_s,
+            "driver": witness_driver,
         }
         runner, note = "fresh", ""
         if server is None and course_root is not None:
@@ -208,58 +252,100 @@ def measure(
                 note = f"measured in a fresh process: {err}"
                 (tmp / "result.json").unlink(missing_ok=True)  # never read half a run as the result
         if runner == "fresh":
-            ended = run_fresh(run)
+            ended = run_fresh(run, tmp)
         result = collect(tmp, ended, time_limit_s)
+        digest = weights.digest(tmp / "weights.f32", result.get("weights") or []) if result.get("status") == "ok" else None
 
     m = Measurement.from_json({**result, "script": str(script), "budget_bytes": budget_bytes})
     m.alloc_conf, m.alloc_conf_declared = alloc_conf, declared is not None
-    m.process_s = ended["process_s"]
+    m.process_s = ended.get("process_s")
     m.runner, m.runner_note = runner, note
+    m.witness, m.weights_digest = ended, digest
+    if sandboxed:
+        m.sandbox = {**m.sandbox, "asked": True}
+        if m.sandbox.get("applied"):
+            m.sandbox["hidden"] = spec["sandbox"]["hidden"]  # for saying what a failed run reached for
+    if "settings_at_exit" in result:  # what the script set once CUDA and the allocator had started: without effect
+        start, end = m.settings_at_start, m.settings_at_exit
+        m.alloc_conf_changed = sorted(k for k in start.keys() | end.keys() if start.get(k) != end.get(k))
     return m
 
 
-def run_fresh(run: dict) -> dict:
-    """Run the measuring child in a new Python process to its end or its time limit; how it ended."""
-    status = None
+def run_fresh(run: dict, tmp: Path) -> dict:
+    """Run the measuring child in a new Python process, under a supervisor of its own; the supervisor's report.
+
+    The supervisor (``supervisor.py``) enforces the time limit and watches the
+    run; this process only waits for it, with a grace beyond the limit in
+    case the supervisor itself is stopped.
+    """
+    config = {
+        "command": [sys.executable, str(CHILD), run["spec"]],
+        "cwd": run["cwd"],
+        "env": run["env"],
+        "stdout": run["stdout"],
+        "stderr": run["stderr"],
+        "time_limit_s": run["time_limit_s"],
+        "driver": run["driver"],
+        "report": str(tmp / "witness.json"),
+    }
+    (tmp / "supervisor.json").write_text(json.dumps(config), encoding="utf-8")
     start = time.perf_counter()
-    with open(run["stdout"], "wb") as fout, open(run["stderr"], "wb") as ferr:
+    with open(tmp / "supervisor.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), run["spec"]],
+            [sys.executable, str(SUPERVISOR), str(tmp / "supervisor.json")],
             cwd=run["cwd"],
             env=run["env"],
             stdin=subprocess.DEVNULL,
-            stdout=fout,
-            stderr=ferr,
-            start_new_session=True,  # so a timeout can stop everything the script started
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         try:
-            proc.wait(timeout=run["time_limit_s"])
+            proc.wait(timeout=run["time_limit_s"] + REPORT_GRACE_S)
         except subprocess.TimeoutExpired:
-            status = "timeout"
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    return {"returncode": proc.returncode, "timed_out": status == "timeout", "process_s": time.perf_counter() - start}
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:
+        return json.loads((tmp / "witness.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        said = _tail(tmp / "supervisor.log", 5)
+        return {
+            "supervisor_failed": f"the supervisor of the run ended without a report (exit code {proc.returncode})"
+            + (f": {said}" if said else ""),
+            "process_s": time.perf_counter() - start,
+        }
 
 
 def collect(tmp: Path, ended: dict, time_limit_s: float) -> dict:
     """The child's result, or what its end says when it left none."""
     result_path = tmp / "result.json"
-    if ended["timed_out"]:
+    if "supervisor_failed" in ended:
+        result = {"status": "no_supervisor", "message": ended["supervisor_failed"]}
+    elif ended.get("timed_out"):
         result = {"status": "timeout", "message": f"the script ran longer than its limit of {time_limit_s:g} s"}
-    elif result_path.exists():
-        result = json.loads(result_path.read_text(encoding="utf-8"))
     else:
-        code = ended["returncode"]
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        result = {"status": "crashed", "message": f"the process {how} before the harness could measure it"}
+        try:
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            result = None
+        if not isinstance(result, dict) or not result.get("status"):
+            code = ended.get("returncode")
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+            result = {"status": "crashed", "message": f"the process {how} before the harness could measure it"}
     result.update(stdout=_tail(tmp / "stdout.txt"), stderr=_tail(tmp / "stderr.txt"))
     return result
 
 
-def measure_exercise_file(exercise, script: Path, *, budget_bytes: int | None = None) -> Measurement:
-    """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit.
+def measure_exercise_file(
+    exercise,
+    script: Path,
+    *,
+    budget_bytes: int | None = None,
+    sandboxed: bool = True,
+    sandbox_required: bool = False,
+    hide: tuple[Path, ...] = (),
+) -> Measurement:
+    """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit, sandboxed for a grade.
 
     A warm server of the exercise's course, if one runs with its settings, forks the run.
     ``budget_bytes`` replaces the exercise's budget and nothing else (None keeps
@@ -274,4 +360,7 @@ def measure_exercise_file(exercise, script: Path, *, budget_bytes: int | None = 
         course_root=exercise.root,
         serving="plateau" in exercise.checks,
         settings_free=exercise.learner_settings,
+        sandboxed=sandboxed,
+        sandbox_required=sandbox_required,
+        hide=hide,
     )

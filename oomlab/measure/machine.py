@@ -137,11 +137,36 @@ def parallel_runs(budgets: list[int]) -> int:
     return max(1, min(os.cpu_count() or 1, free // (max(budgets) + CONTEXT_BYTES)))
 
 
+def sandbox_row() -> tuple[str, str, str]:
+    """Whether a graded run can be kept from the answers here (:mod:`oomlab.measure.sandbox`)."""
+    from oomlab.measure.sandbox import availability
+
+    abi, why = availability()
+    if abi:
+        return ("ok", "sandbox", f"Landlock (ABI {abi}): a graded script cannot read the answers")
+    return ("warn", "sandbox", f"{why}: your own checks run unsandboxed and say so; a class cannot be graded here")
+
+
+def witness_row() -> tuple[str, str, str]:
+    """Whether the driver can witness runs here: NVML answers (whether it names this namespace's processes shows per run)."""
+    from oomlab.measure.witness import Driver
+
+    driver = Driver()
+    if not driver.start():
+        return ("warn", "driver witness", f"{driver.reason}: your own checks say so; a class cannot be graded here")
+    try:
+        devices = len(driver.handles)
+    finally:
+        driver.stop()
+    return ("ok", "driver witness", f"NVML answers for {devices} GPU(s); each run checks that it is listed by its process id")
+
+
 def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
     """Rows of (level, item, finding), level in ok/warn/fail; and whether measuring can work."""
     rows: list[tuple[str, str, str]] = []
     ok = sys.version_info >= (3, 10)
     rows.append(("ok" if ok else "fail", "Python", f"{platform.python_version()} ({sys.executable})"))
+    rows.append(sandbox_row())
 
     exercises = []
     try:
@@ -200,6 +225,7 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
         rows.append(("fail", "GPU", f"torch sees a GPU but cannot query it: {err} (nvidia-smi shows its state)"))
         return rows, False
     rows.append(("ok", "GPU", f"{props.name}: {total / GIB:.1f} GiB, {free / GIB:.1f} GiB free, CUDA {torch.version.cuda}"))
+    rows.append(witness_row())
 
     ready = not too_old and ok  # ok: Python new enough, every manifest valid
     for ex in exercises:

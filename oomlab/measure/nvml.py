@@ -24,7 +24,7 @@ reserved, and allocated;
 come from the caching allocator too.
 
 :func:`read_process_memory` asks the driver through NVML (the ``pynvml``
-module of the ``nvidia-ml-py`` package, an optional dependency) and
+module of the ``nvidia-ml-py`` package, which the witness needs too) and
 :func:`outside_allocator` names the difference; it is pure, and the tests
 drive both with a fake ``pynvml``.
 

@@ -22,9 +22,15 @@ Why each rule holds:
   refuses any that differ from its own. It stops within a second of its owner
   (``oomlab watch``, ``oomlab dev verify``) ending, however that ends.
 - **Each run is supervised.** Per connection a supervisor is forked, which forks
-  the measured child in its own session, enforces the time limit, kills the
-  session when the limit passes or the caller goes away, and answers with the
-  exit status: the caller then reads the child's result as it reads a fresh one.
+  the measured child in its own session, enforces the time limit, watches the
+  driver and the kernel (:mod:`oomlab.measure.witness`), kills everything the
+  run started when the limit passes or the caller goes away, and answers with
+  the witness's report: the caller then reads the child's result as it reads a
+  fresh one.
+- **Only its owners may ask.** The socket is private to this user, and a
+  connection from a process that descends from this server (a measured script,
+  or anything it started) is refused: a script must not have runs measured
+  outside its sandbox.
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ import atexit
 import contextlib
 import json
 import os
-import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -66,9 +72,11 @@ def main(config_path: str) -> int:
         config = json.load(f)
     os.unlink(config_path)
     started_with = dict(os.environ)
-    from oomlab.measure import child
+    from oomlab.measure import child, witness
 
     loaded = child.preload()
+    with contextlib.suppress(ImportError):  # each run's supervisor reads the driver through it
+        import pynvml  # noqa: F401
     # What the imports set (torch._dynamo sets TORCHINDUCTOR_CACHE_DIR): a fresh run's imports would set it too.
     config["started_with"] = started_with
     config["set_by_imports"] = {k: v for k, v in os.environ.items() if started_with.get(k) != v}
@@ -115,6 +123,10 @@ def main(config_path: str) -> int:
                 continue
             except InterruptedError:
                 continue
+            if refused := stranger(conn, witness):
+                answer(conn, {"refused": refused})
+                conn.close()
+                continue
             if os.fork() == 0:  # the supervisor of this one run
                 listener.close()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -135,6 +147,19 @@ def main(config_path: str) -> int:
             if json.load(f).get("pid") == os.getpid():  # remove the info file only if it is still ours
                 os.unlink(config["info"])
     return 0
+
+
+def stranger(conn: socket.socket, witness) -> str:
+    """Why a connection may not ask for a run ("" when it may): another user, or a process this server measures."""
+    try:
+        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except OSError as err:
+        return f"the caller cannot be identified ({err.strerror or err})"
+    if uid != os.getuid():
+        return "the caller is another user"
+    if witness.descends(pid, os.getpid()):
+        return "the caller is a run this server measures: a measured script may not ask for runs"
+    return ""
 
 
 def reap() -> None:
@@ -161,7 +186,9 @@ def answer(conn: socket.socket, reply: dict) -> None:
 
 
 def supervise(conn: socket.socket, config: dict) -> None:
-    """Serve one request: check it is ours, run the measured child to its end or its limit, answer."""
+    """Serve one request: check it is ours, run the measured child to its end or its limit under a witness, answer."""
+    from oomlab.measure.supervisor import supervise as watch
+
     request = receive(conn)
     if request.get("root") != config["root"]:
         return answer(conn, {"refused": f"this server measures the course in {config['root']}, not {request.get('root')}"})
@@ -169,22 +196,22 @@ def supervise(conn: socket.socket, config: dict) -> None:
         return answer(conn, {"refused": "the measuring code changed since this server started"})
     if changed := differences(config["started_with"], request["env"]):
         return answer(conn, {"refused": f"the environment differs from the server's in {', '.join(changed)}"})
+    request = {**request, "env": {**request["env"], **config["set_by_imports"]}}
 
-    start = time.perf_counter()
-    pid = fork_measured({**request, "env": {**request["env"], **config["set_by_imports"]}})
-    timed_out, status = wait(pid, conn, start + request["time_limit_s"])
-    if status is None:  # still running: past its limit, or the caller went away
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-    answer(
-        conn,
-        {"returncode": os.waitstatus_to_exitcode(status), "timed_out": bool(timed_out), "process_s": time.perf_counter() - start},
-    )
+    def spawn(marks_fd: int) -> int:
+        return fork_measured(request, marks_fd, conn.fileno())
+
+    driver = None if request.get("driver", True) else False  # None: the witness reads the driver; False: it does not
+    answer(conn, watch(spawn, request["time_limit_s"], caller=conn, driver=driver))
 
 
-def fork_measured(request: dict) -> int:
-    """Fork the measured child: a session of its own, the caller's files and environment, then ``child.main``."""
+def fork_measured(request: dict, marks_fd: int, conn_fd: int) -> int:
+    """Fork the measured child: a session of its own, the caller's files and environment, then ``child.main``.
+
+    The child keeps its standard streams and the witness's socket, nothing else
+    of this process: not the caller's connection (a script could answer on it)
+    nor any other descriptor.
+    """
     out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -199,12 +226,15 @@ def fork_measured(request: dict) -> int:
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
+        marks = os.dup2(marks_fd, 3, inheritable=False)
+        os.closerange(4, 65536)
+        del conn_fd  # closed with the rest
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         from oomlab.measure import child
 
-        code = child.main(request["spec"])
+        code = child.main(request["spec"], socket.socket(fileno=marks))
         # What a fresh interpreter does at its end: wait for the script's threads, run what it registered.
         threading._shutdown()
         atexit._run_exitfuncs()
@@ -217,26 +247,6 @@ def fork_measured(request: dict) -> int:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
-
-
-def wait(pid: int, conn: socket.socket, deadline: float) -> tuple[bool | None, int | None]:
-    """Wait for the child to end, its deadline to pass, or the caller to go; (timed out, wait status or None)."""
-    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
-    try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return False, status
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return True, None
-            watched = [conn] if pidfd is None else [conn, pidfd]
-            ready, _, _ = select.select(watched, [], [], remaining if pidfd is not None else min(remaining, 0.01))
-            if conn in ready and not conn.recv(1, socket.MSG_PEEK):
-                return None, None  # the caller is gone: nobody wants this result
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
 
 
 if __name__ == "__main__":

@@ -53,9 +53,14 @@ def info_path(root: Path, alloc_conf: str) -> Path:
     return StateDir(root).path / "servers" / f"{_key(alloc_conf)}.json"
 
 
+def sockets_folder() -> Path:
+    """Where the servers' sockets live: short (a socket's path may not exceed about 100 bytes) and private."""
+    return Path(tempfile.gettempdir()) / f"oomlab-{os.getuid()}"
+
+
 def socket_dir() -> Path:
-    """A short private folder for the sockets (a socket's path may not exceed about 100 bytes)."""
-    folder = Path(tempfile.gettempdir()) / f"oomlab-{os.getuid()}"
+    """:func:`sockets_folder`, made if missing, and refused unless private to this user."""
+    folder = sockets_folder()
     folder.mkdir(mode=0o700, exist_ok=True)
     status = folder.stat()
     if status.st_uid != os.getuid() or status.st_mode & 0o077:

@@ -50,7 +50,7 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
     index = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "figures": {}, "compares": {}}
     runs = []
     for ex in course.exercises:
-        bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol: bug).script()
+        bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol, ex: bug).script()
         for variant, script, shown in (("bug", bug, ex.learner_path), ("fix", ex.solution_path, ex.solution_path)):
             target = exercise_target(ex, script=script, shown_as=shown)
             for name in dict.fromkeys((step(ex.step).name, *COMPARED_BY)):

@@ -63,6 +63,7 @@ from oomlab.site.module_pages import (  # noqa: E402
 )
 from oomlab.site.oom_message import annotated, learner_view  # noqa: E402
 from oomlab.site.tool_costs import big_snapshot_section, oom_hook_section  # noqa: E402
+from oomlab.site.witness_section import witness_section  # noqa: E402
 from oomlab.steps import step  # noqa: E402
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib  # noqa: E402
 
@@ -877,6 +878,7 @@ def measurements_page() -> str:
     if extra:
         md += ["The report also lists exercises the course no longer has: " + ", ".join(f"`{e}`" for e in extra) + ".", ""]
     md += equivalence_section(_state["equivalence"]) + speed_section(_state["speed"])
+    md += witness_section(report, _state["speed"])
     return "\n".join(md) + "\n"
 
 
