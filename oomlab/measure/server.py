@@ -199,42 +199,26 @@ def supervise(conn: socket.socket, config: dict) -> None:
     request = {**request, "env": {**request["env"], **config["set_by_imports"]}}
 
     def spawn(marks_fd: int) -> int:
-        return fork_measured(request, marks_fd, conn.fileno())
+        return fork_measured(request, marks_fd)
 
     driver = None if request.get("driver", True) else False  # None: the witness reads the driver; False: it does not
     answer(conn, watch(spawn, request["time_limit_s"], caller=conn, driver=driver))
 
 
-def fork_measured(request: dict, marks_fd: int, conn_fd: int) -> int:
-    """Fork the measured child: a session of its own, the caller's files and environment, then ``child.main``.
+def fork_measured(request: dict, marks_fd: int) -> int:
+    """Fork the measured child (:func:`oomlab.measure.supervisor.fork_child`), then run ``child.main`` in it with the caller's environment."""
+    from oomlab.measure.supervisor import MARKS_IN_CHILD, fork_child
 
-    The child keeps its standard streams and the witness's socket, nothing else
-    of this process: not the caller's connection (a script could answer on it)
-    nor any other descriptor.
-    """
-    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    null = os.open(os.devnull, os.O_RDONLY)
-    pid = os.fork()
+    pid = fork_child(request["stdout"], request["stderr"], marks_fd, request["cwd"])
     if pid:
-        for fd in (out, err, null):
-            os.close(fd)
         return pid
     code = 1
     try:
-        os.setsid()  # so that the time limit stops everything the script starts
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        marks = os.dup2(marks_fd, 3, inheritable=False)
-        os.closerange(4, 65536)
-        del conn_fd  # closed with the rest
-        os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         from oomlab.measure import child
 
-        code = child.main(request["spec"], socket.socket(fileno=marks))
+        code = child.main(request["spec"], socket.socket(fileno=MARKS_IN_CHILD))
         # What a fresh interpreter does at its end: wait for the script's threads, run what it registered.
         threading._shutdown()
         atexit._run_exitfuncs()

@@ -46,28 +46,47 @@ def supervise(spawn, time_limit_s: float, caller=None, driver=None) -> dict:
         mine.close()
 
 
+MARKS_IN_CHILD = 3  # the descriptor the measured child finds the marking socket at
+
+
+def fork_child(stdout: str, stderr: str, marks_fd: int, cwd: str) -> int:
+    """Fork the measured child; in the child, 0 and in the parent its pid.
+
+    The child gets a session of its own (so that the time limit stops everything
+    the script starts), its output files, no input, the marking socket at
+    :data:`MARKS_IN_CHILD` and no other descriptor of this process: not the warm
+    server's connection to its caller, on which a script could answer.
+    """
+    out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    pid = os.fork()
+    if pid:
+        for fd in (out, err, null):
+            os.close(fd)
+        return pid
+    try:
+        os.setsid()
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.dup2(marks_fd, MARKS_IN_CHILD)
+        os.closerange(MARKS_IN_CHILD + 1, 65536)
+        os.chdir(cwd)
+    except BaseException:
+        os._exit(127)  # never go on as a copy of the supervisor
+    return 0
+
+
 def spawn_fresh(config: dict):
-    """The ``spawn`` of a fresh run: fork, give the child its files and a session of its own, exec the child."""
+    """The ``spawn`` of a fresh run: fork the child and exec a new interpreter in it."""
 
     def spawn(marks_fd: int) -> int:
-        out = os.open(config["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        err = os.open(config["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        pid = os.fork()
+        pid = fork_child(config["stdout"], config["stderr"], marks_fd, config["cwd"])
         if pid:
-            for fd in (out, err, null):
-                os.close(fd)
             return pid
         try:
-            os.setsid()  # so that the time limit stops everything the script starts
-            os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-            os.set_inheritable(marks_fd, True)
-            os.closerange(3, marks_fd)  # nothing else of this process reaches the child
-            os.closerange(marks_fd + 1, 65536)
-            os.chdir(config["cwd"])
-            env = {**config["env"], MARKS_FD: str(marks_fd)}
+            env = {**config["env"], MARKS_FD: str(MARKS_IN_CHILD)}
             os.execve(config["command"][0], config["command"], env)
         finally:
             os._exit(127)  # exec failed
