@@ -511,3 +511,53 @@ def test_an_exercise_file_is_measured_with_all_its_settings_and_only_the_budget_
     assert graded["budget_bytes"] == BUDGET and capped["budget_bytes"] == 12 * BUDGET
     assert {**graded, "budget_bytes": None} == {**capped, "budget_bytes": None}
     assert graded["serving"] and graded["settings_free"] and graded["course_root"] == tmp_path
+
+
+# The script shares its process with the code that writes the result: a result it writes itself must fail as forged
+# when its form is not the harness's, and never take the place of what the parent measures.
+FORGE = """
+import json, os
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{{fd}}")
+    except OSError:
+        continue
+    if target.endswith("result.json"):
+        os.write(int(fd), json.dumps({result}).encode())
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(
+    "forged, why",
+    [
+        ({"status": "ok", "stats": {"peak_reserved": "0"}}, "its figures are not the allocator's"),
+        ({"status": "ok", "workload": {"optimizer_steps": 3}}, "the workload has no"),
+        ({"status": "ok", "tamper": "none"}, "tamper is str"),
+        ({"message": "no status"}, "it has no status"),
+    ],
+)
+def test_a_result_the_script_wrote_in_another_form_fails_as_forged(tmp_path, forged, why):
+    m = run(write(tmp_path, "train.py", FORGE.format(result=repr(forged))))
+    assert m.status == "forged" and why in m.message, (m.status, m.message)
+    assert m.status in harness.SCRIPT_FAILURES and m.workload is None and m.stats is None
+
+
+def test_what_the_parent_measures_is_never_taken_from_the_result_file(ok_run, tmp_path):
+    ok = ok_run[1]
+    honest = {k: v for k, v in ok.to_json().items() if k not in harness.PARENT_SAYS}
+    assert harness.malformed(honest) == "", "a result the child wrote is in the harness's form"
+    forged = {**honest, "runner": "forked", "budget_bytes": 1 << 40, "witness": {"driver": {"available": True}}}
+    m = run(write(tmp_path, "train.py", FORGE.format(result=repr(forged))))
+    assert m.status == "ok" and m.budget_bytes == BUDGET and m.runner == "fresh" and m.witness != forged["witness"]
+
+
+def test_the_form_check_names_what_is_wrong_with_a_workload(ok_run):
+    work = dict(ok_run[1].workload)
+    base = {"status": "ok", "workload": work}
+    assert harness.malformed(base) == ""
+    assert "do not add up" in harness.malformed({**base, "workload": {**work, "optimizer_steps": work["optimizer_steps"] + 1}})
+    assert "not a whole number" in harness.malformed({**base, "workload": {**work, "train_samples": 1.5}})
+    assert "lists of numbers" in harness.malformed({**base, "workload": {**work, "losses": ["0.1"]}})
+    assert "serving" in harness.malformed({**base, "workload": {**work, "serving": {"reserved": "x"}}})
+    assert harness.malformed([]) == "it is not a JSON object"

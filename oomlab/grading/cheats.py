@@ -130,7 +130,16 @@ raise SystemExit("no reference measurement found")
 
 FORGE_THE_RESULT = """
 import json, os
-forged = {"status": "ok", "message": "", "stats": {}, "workload": {}, "tamper": [], "weights": []}
+# In the harness's own form (a malformed one fails as forged before any check reads it): figures under any budget, and
+# a workload of the steps the script would have run, whose losses and weights the script cannot know without training.
+figures = ("peak_allocated", "peak_reserved", "peak_requested", "inactive_split_peak", "inactive_split_final",
+           "allocated_final", "reserved_final", "retries", "ooms", "segments_peak")
+counts = ("optimizer_steps", "train_forwards", "train_samples", "train_elements", "inference_forwards",
+          "inference_samples", "inference_elements", "backward_calls", "failed_backwards", "param_count")
+workload = dict.fromkeys(counts, 0)
+workload.update(samples_per_step=[], backward_per_step=[], losses=[], devices=["cuda"], inference_outputs={})
+forged = {"status": "ok", "message": "", "stats": dict.fromkeys(figures, 0), "workload": workload, "tamper": [],
+          "weights": [], "sandbox": {"applied": True, "abi": 7}, "figures_witnessed": True}
 for fd in os.listdir("/proc/self/fd"):
     try:
         target = os.readlink(f"/proc/self/fd/{fd}")

@@ -218,7 +218,7 @@ def workload_differences(w: dict, r: dict, padded: bool = False) -> list[str]:
             "Fewer steps (or a run cut short) is not a fix."
         )
     else:
-        for i, (mine, theirs) in enumerate(zip(w["samples_per_step"], r["samples_per_step"], strict=True)):
+        for i, (mine, theirs) in enumerate(zip(w.get("samples_per_step", []), r["samples_per_step"], strict=True)):
             if mine != theirs:
                 problems.append(
                     f"Step {i + 1} trained on {mine:,} samples; the reference trains on {theirs:,}. "

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from oomlab.measure import confine, warm, weights
 from oomlab.measure.declared import declared_alloc_conf
-from oomlab.measure.stats import ALLOCATOR_VARIABLES
+from oomlab.measure.stats import ALLOCATOR_VARIABLES, FIGURES
 from oomlab.oom import first_line
 
 CHILD = Path(__file__).with_name("child.py")
@@ -37,7 +37,7 @@ SUPERVISOR = Path(__file__).with_name("supervisor.py")
 REPORT_GRACE_S = 60  # beyond the run's own limit, which the supervisor enforces: its start, and stopping what ran
 
 # Statuses where the learner's script did not run to its end, through its own doing.
-SCRIPT_FAILURES = {"missing", "syntax", "error", "exit", "timeout", "crashed"}
+SCRIPT_FAILURES = {"missing", "syntax", "error", "exit", "timeout", "crashed", "forged"}
 # Statuses where this machine, not the script, is the problem.
 MACHINE_PROBLEMS = {"no_torch", "torch_too_old", "no_cuda", "gpu_too_small", "gpu_busy", "no_sandbox", "no_supervisor"}
 
@@ -47,7 +47,7 @@ class Measurement:
     """What one run did: how it ended, the allocator's figures, and the workload."""
 
     script: str
-    status: str  # ok, oom, syntax, error, exit, timeout, crashed, or a machine problem
+    status: str  # ok, oom, syntax, error, exit, timeout, crashed, forged, or a machine problem
     message: str = ""
     error_type: str = ""
     line_no: int | None = None
@@ -316,6 +316,90 @@ def run_fresh(run: dict, tmp: Path) -> dict:
         }
 
 
+# The result's form, as the measuring child writes it. The file is open in the script's process, so the script
+# could write it: whatever it says is checked against the witness, and first its form is checked here, so that no
+# check ever reads a figure of the wrong kind (and a forged result fails as one, not as an error of the grader).
+_NUMBER = (int, float)
+PARENT_SAYS = {
+    "script",
+    "budget_bytes",
+    "alloc_conf",
+    "alloc_conf_declared",
+    "alloc_conf_changed",
+    "process_s",
+    "runner",
+    "runner_note",
+    "stdout",
+    "stderr",
+    "witness",
+    "weights_digest",
+}
+_RESULT_FORM = {
+    **dict.fromkeys(("status", "message", "error_type", "line", "traceback", "gpu", "torch", "allocator_backend"), str),
+    **dict.fromkeys(("line_no",), (int, type(None))),
+    **dict.fromkeys(("cuda", "blocking_sync"), (str, type(None))),
+    **dict.fromkeys(("gpu_total_bytes", "gpu_free_bytes"), int),
+    **dict.fromkeys(("wall_s",), (*_NUMBER, type(None))),
+    **dict.fromkeys(("caching_at_start", "figures_witnessed"), (bool, type(None))),
+    **dict.fromkeys(("stats", "workload"), (dict, type(None))),
+    **dict.fromkeys(("sandbox", "settings_at_start", "settings_at_exit"), dict),
+    **dict.fromkeys(("tamper", "weights"), list),
+}
+_WORKLOAD_COUNTS = (
+    "optimizer_steps",
+    "train_forwards",
+    "train_samples",
+    "train_elements",
+    "inference_forwards",
+    "inference_samples",
+    "inference_elements",
+    "backward_calls",
+    "failed_backwards",
+    "param_count",
+)
+
+
+def _numbers(value, kind=_NUMBER) -> bool:
+    return isinstance(value, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
+
+
+def malformed(result) -> str:
+    """Why ``result`` is not in the form the measuring child writes, or "" when it is."""
+    if not isinstance(result, dict):
+        return "it is not a JSON object"
+    for key, kind in _RESULT_FORM.items():
+        if key in result and not isinstance(result[key], kind):
+            return f"{key} is {type(result[key]).__name__}"
+    if not result.get("status"):
+        return "it has no status"
+    stats = result.get("stats")
+    if stats is not None and (set(stats) != set(FIGURES) or not all(type(v) is int for v in stats.values())):
+        return "its figures are not the allocator's, each a whole number"
+    if result.get("tamper") and not all(isinstance(t, str) for t in result["tamper"]):
+        return "tamper lists something other than names"
+    work = result.get("workload")
+    if work is None:
+        return ""
+    missing = [k for k in (*_WORKLOAD_COUNTS, "samples_per_step", "backward_per_step", "losses", "devices") if k not in work]
+    if missing:
+        return f"the workload has no {', '.join(missing)}"
+    if not all(type(work[k]) is int for k in _WORKLOAD_COUNTS):
+        return "a count of the workload is not a whole number"
+    if not (_numbers(work["samples_per_step"], int) and _numbers(work["backward_per_step"], int) and _numbers(work["losses"])):
+        return "the workload's steps are not lists of numbers"
+    if len(work["samples_per_step"]) != work["optimizer_steps"]:
+        return "the workload's steps do not add up"
+    outputs = work.get("inference_outputs", {})
+    if not isinstance(outputs, dict) or not all(isinstance(v, _NUMBER) for v in outputs.values()):
+        return "the workload's evaluation outputs are not numbers"
+    if not isinstance(work["devices"], list) or not all(isinstance(d, str) for d in work["devices"]):
+        return "the workload's devices are not names"
+    serving = work.get("serving", {})
+    if not isinstance(serving, dict) or not all(_numbers(v) for v in serving.values()):
+        return "the workload's serving figures are not lists of numbers"
+    return ""
+
+
 def collect(tmp: Path, ended: dict, time_limit_s: float) -> dict:
     """The child's result, or what its end says when it left none."""
     result_path = tmp / "result.json"
@@ -328,10 +412,17 @@ def collect(tmp: Path, ended: dict, time_limit_s: float) -> dict:
             result = json.loads(result_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             result = None
-        if not isinstance(result, dict) or not result.get("status"):
+        if result is None or (isinstance(result, dict) and not result):
             code = ended.get("returncode")
             how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
             result = {"status": "crashed", "message": f"the process {how} before the harness could measure it"}
+        elif why := malformed(result):
+            result = {
+                "status": "forged",
+                "message": f"the run's result is not in the form the harness writes ({why}): the script wrote it",
+            }
+        else:  # what this side measures is never taken from the file
+            result = {k: v for k, v in result.items() if k not in PARENT_SAYS}
     result.update(stdout=_tail(tmp / "stdout.txt"), stderr=_tail(tmp / "stderr.txt"))
     return result
 
