@@ -42,8 +42,8 @@ from oomlab.oom import first_line
 __all__ = ["Variant", "check", "fingerprint", "run_all", "source_digest", "variants", "verify"]
 
 FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries")
-# The code whose change makes a committed report stale: the measuring, the checks, the cheats.
-GRADING_CODE = (*MEASURING_CODE, Path(__file__).with_name("checks.py"), Path(__file__).with_name("cheats.py"))
+# The code whose change makes a committed report stale: the measuring, the checks, the verdict, the cheats.
+GRADING_CODE = (*MEASURING_CODE, *(Path(__file__).with_name(f) for f in ("checks.py", "verdict.py", "cheats.py")))
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ MEASURING_CODE = (
     _HERE / "sandbox.py",
     _HERE / "confine.py",
     _HERE / "weights.py",
+    _HERE / "nvml.py",
     _HERE.parent / "oom.py",
     _HERE.parent / "frames.py",
 )

@@ -44,7 +44,7 @@ import os
 
 from oomlab.units import format_bytes
 
-__all__ = ["REFERENCE_CONTEXT", "REFERENCE_CONTEXT_BYTES", "outside_allocator", "read_process_memory"]
+__all__ = ["REFERENCE_CONTEXT", "REFERENCE_CONTEXT_BYTES", "memory_by_process", "outside_allocator", "read_process_memory"]
 
 # `oomlab dev facts`, probe cuda_context (non_pytorch_bytes): what a process held beyond the allocator's
 # segments after a few training steps on an H200, torch 2.11, CUDA 13.0. tests/test_nvml.py keeps it in step.
@@ -92,18 +92,30 @@ def read_process_memory(pid: int | None = None, nvml=None) -> dict:
             nvml.nvmlShutdown()
 
 
+def memory_by_process(nvml, handle) -> dict[int, int | None]:
+    """pid -> the bytes the driver counts for it on one GPU, NVML started.
+
+    None where the driver lists the process but not its memory (NVML_VALUE_NOT_AVAILABLE:
+    MIG without privileges, WDDM); a process listed more than once is summed. The one
+    reading of NVML's process list, for :func:`read_process_memory` and the witness.
+    """
+    used: dict[int, int | None] = {}
+    for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        before = used.get(p.pid, 0)
+        used[p.pid] = None if before is None or p.usedGpuMemory is None else before + int(p.usedGpuMemory)
+    return used
+
+
 def _listed_memory(nvml, pid: int) -> dict:
     """The reading from NVML's process lists, NVML started."""
     devices, listed, hidden = [], 0, 0
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        processes = memory_by_process(nvml, handle)
         listed += len(processes)
-        mine = [p for p in processes if p.pid == pid]
-        if not mine:
+        if pid not in processes:
             continue
-        used = [p.usedGpuMemory for p in mine]
-        if any(u is None for u in used):  # NVML_VALUE_NOT_AVAILABLE: MIG without privileges, WDDM
+        if processes[pid] is None:
             hidden += 1
             continue
         devices.append(
@@ -111,7 +123,7 @@ def _listed_memory(nvml, pid: int) -> dict:
                 "index": index,
                 "name": _text(nvml.nvmlDeviceGetName(handle)),
                 "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
-                "used_bytes": int(sum(used)),
+                "used_bytes": processes[pid],
             }
         )
     if hidden:  # even beside figures from other GPUs: a sum that leaves one out would mislead

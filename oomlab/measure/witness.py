@@ -45,6 +45,8 @@ import signal
 import socket
 import time
 
+from oomlab.measure.nvml import INSTALL, memory_by_process
+
 __all__ = ["INTERVAL_S", "MARK_FIGURES", "MARK_READY", "Driver", "Witness", "descends", "mark"]
 
 INTERVAL_S = 0.005
@@ -167,7 +169,7 @@ class Driver:
             try:
                 import pynvml as nvml
             except ImportError:
-                self.reason = "NVML's Python bindings are not installed (pip install nvidia-ml-py)"
+                self.reason = f"NVML's Python bindings are not installed ({INSTALL})"
                 return False
             self.nvml = nvml
         try:
@@ -183,12 +185,9 @@ class Driver:
         start = time.perf_counter()
         used: dict[int, int | None] = {}
         for handle in self.handles:
-            for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                mine = p.usedGpuMemory
-                if p.pid in used and used[p.pid] is not None and mine is not None:
-                    used[p.pid] += int(mine)
-                else:
-                    used[p.pid] = None if mine is None else int(mine)
+            for pid, mine in memory_by_process(self.nvml, handle).items():
+                before = used.get(pid, 0)
+                used[pid] = None if before is None or mine is None else before + mine
         spent = time.perf_counter() - start
         self.calls += 1
         self.call_s += spent
