@@ -33,6 +33,12 @@ EQUIVALENCE_JSON = Path("course/measurements/equivalence.json")
 SPEED_JSON = Path("course/measurements/speed.json")
 FIGURES_DIR = Path("course/figures")
 JOBS = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)")
+ONLY = typer.Option(
+    None,
+    "--exercise",
+    help="measure only this exercise (repeatable) and keep the report's other rows where the same code, GPU, torch "
+    "and --jobs measured them",
+)
 
 
 def write_report(course: Course, path: Path, report: dict, failed: str | None) -> None:
@@ -42,6 +48,22 @@ def write_report(course: Course, path: Path, report: dict, failed: str | None) -
     if failed:
         console.print(Text(f"{failed}: see the ✗ rows.", style="bold red"))
         raise typer.Exit(1)
+
+
+def read_report(path: Path) -> dict | None:
+    """The report already at ``path``, or None where there is none or it cannot be read (then nothing of it is kept)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def say_dropped(path: Path, course: Course, dropped: list[str]) -> None:
+    """Name the rows of a report that a partial sitting could not keep, and what measures them again."""
+    if dropped:
+        console.print(
+            Text(f"Not kept from {relpath(path, course.root)}, measure them again: " + "; ".join(dropped), style="yellow")
+        )
 
 
 def run_label(run: dict) -> str:
@@ -60,15 +82,22 @@ def verify(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the report (default: {VERIFY_JSON})"),
     jobs: int = JOBS,
     fresh: bool = typer.Option(False, "--fresh", help="measure each run in a new Python process, not forked from a warm server"),
+    only: Optional[list[str]] = ONLY,
 ) -> None:
     """The course's truth check: every reference fix passes, every seeded bug, wrong fix and cheat fails."""
+    from oomlab.grading.sittings import merge_verify
     from oomlab.grading.truth import all_runs
     from oomlab.grading.truth import verify as verify_course
 
     course = Course(working_tree=True)
+    chosen = [course.get(e) for e in only] if only else course.exercises
+    path = json_path or course.root / VERIFY_JSON
     jobs = jobs or auto_jobs(course)
     with console.status(f"Verifying, {jobs} runs at a time…") as status:
-        report = verify_course(course.exercises, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
+        report = verify_course(chosen, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
+    if only:
+        report, dropped = merge_verify(read_report(path), report, course.exercises)
+        say_dropped(path, course, dropped)
     table = Table(header_style="bold", title=f"verify on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in (
         "exercise",
@@ -98,10 +127,11 @@ def verify(
                 str(r["retries"]),
             )
     console.print(table)
-    write_report(course, json_path or course.root / VERIFY_JSON, report, None if report["ok"] else "Verification failed")
+    write_report(course, path, report, None if report["ok"] else "Verification failed")
     console.print(
         Text(
-            f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time, {report['runner']}.",
+            f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time, {report['runner']}"
+            + (f", in {report['sittings']} sittings." if report.get("sittings", 1) > 1 else "."),
             style="green",
         )
     )
@@ -169,14 +199,26 @@ def equivalence(
         None, "--verify-json", help="also write the truth check of the forked runs here (what `verify` writes)"
     ),
     jobs: int = JOBS,
+    only: Optional[list[str]] = ONLY,
 ) -> None:
     """Every run of the course twice, fresh and forked from a warm server: the table that shows they measure the same."""
     from oomlab.grading.equivalence import compare
+    from oomlab.grading.sittings import merge_equivalence, merge_verify
 
     course = Course(working_tree=True)
+    chosen = [course.get(e) for e in only] if only else course.exercises
+    path = json_path or course.root / EQUIVALENCE_JSON
     jobs = jobs or auto_jobs(course)
     with console.status("Comparing…") as status:
-        report, verified = compare(course.exercises, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
+        report, verified = compare(chosen, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
+    if only:
+        kept = None
+        if verify_json:
+            verified, dropped = merge_verify(read_report(verify_json), verified, course.exercises)
+            say_dropped(verify_json, course, dropped)
+            kept = {row["id"] for row in verified["exercises"]}
+        report, dropped = merge_equivalence(read_report(path), report, course.exercises, kept)
+        say_dropped(path, course, dropped)
     if verify_json:
         write_atomic(verify_json, json.dumps(verified, indent=2) + "\n")
         console.print(
@@ -196,7 +238,6 @@ def equivalence(
             Text("✓", style="green") if r["equal"] else Text("✗", style="bold red"),
         )
     console.print(table)
-    path = json_path or course.root / EQUIVALENCE_JSON
     write_report(course, path, report, None if report["all_equal"] else "Forked and fresh runs differ")
     console.print(
         Text(

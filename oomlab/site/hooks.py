@@ -844,7 +844,8 @@ def measurements_page() -> str:
         f"| torch | {cell(str(report.get('torch')))} |",
         f"| CUDA | {cell(str(report.get('cuda')))} |",
         f"| Date | {measured_date(report)} |",
-        f"| Wall time | {report.get('wall_s', 'n/a')} s for {report.get('runs', 'n/a')} runs, {report.get('jobs', 1)} at a time |",
+        f"| Wall time | {report.get('wall_s', 'n/a')} s for {report.get('runs', 'n/a')} runs, {report.get('jobs', 1)} at a time"
+        f"{in_sittings(report)} |",
         f"| Every run as expected | {'yes' if report.get('ok') else 'no'} |",
         "",
         (
@@ -882,6 +883,12 @@ def measurements_page() -> str:
     return "\n".join(md) + "\n"
 
 
+def in_sittings(report: dict) -> str:
+    """How many sittings of some exercises each a report's wall time adds up (``--exercise``), where more than one."""
+    n = report.get("sittings", 1)
+    return f", in {n} sittings of some exercises each" if n > 1 else ""
+
+
 def equivalence_section(report: dict | None) -> list[str]:
     """Whether a run forked from a warm server measures what a fresh process measures, from ``equivalence.json``."""
     md = ["## Forked and fresh runs", ""]
@@ -894,7 +901,8 @@ def equivalence_section(report: dict | None) -> list[str]:
         f"Of {report['runs']} runs, {report['runs'] - len(differ)} gave the same verdict, workload and allocator "
         f"figures both ways (all {len(STAT_FIGURES)} that the course reads from `memory_stats()`, those above among "
         "them). The whole course took "
-        f"{report['fresh_wall_s']} s fresh and {report['forked_wall_s']} s forked, {report.get('jobs', 1)} runs at a time.",
+        f"{report['fresh_wall_s']} s fresh and {report['forked_wall_s']} s forked, {report.get('jobs', 1)} runs at a time"
+        f"{in_sittings(report)}.",
         "",
     ]
     if differ:

@@ -1,0 +1,68 @@
+"""A report measured in sittings keeps only rows a full sitting would write now, in course order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from oomlab.grading import sittings
+
+SAME = {"code": "c1", "gpu": "H200", "torch": "2.11", "jobs": 15, "runner": "forked"}
+
+
+def run(ok: bool = True) -> dict:
+    return {"as_expected": ok}
+
+
+def row(ex_id: str, sources: str = "s", ok: bool = True) -> dict:
+    return {"id": ex_id, "sources": sources, "solution": run(ok), "buggy": run(), "cheats": [run()]}
+
+
+def report(rows: list[dict], wall: float, **over) -> dict:
+    return dict(SAME, exercises=rows, wall_s=wall, runs=0, ok=True, **over)
+
+
+def course(monkeypatch, sources: dict[str, str]) -> list:
+    from oomlab.grading import truth
+
+    monkeypatch.setattr(truth, "source_digest", lambda ex: sources[ex.id])
+    return [SimpleNamespace(id=i) for i in sources]
+
+
+def test_a_sitting_of_one_exercise_keeps_the_others_in_course_order_and_adds_the_wall_time(monkeypatch):
+    exercises = course(monkeypatch, {"a": "s", "b": "s", "c": "s"})
+    old = report([row("a"), row("b"), row("c")], 100.0)
+    merged, dropped = sittings.merge_verify(old, report([row("b", ok=False)], 20.0), exercises)
+    assert [r["id"] for r in merged["exercises"]] == ["a", "b", "c"]
+    assert merged["exercises"][1]["solution"]["as_expected"] is False  # the new row, not the old one
+    assert (merged["wall_s"], merged["sittings"], merged["runs"], merged["ok"]) == (120.0, 2, 12, False)
+    assert dropped == []
+
+
+def test_rows_of_other_code_another_gpu_or_changed_sources_are_dropped_and_named(monkeypatch):
+    exercises = course(monkeypatch, {"a": "s", "b": "new", "c": "s"})
+    new = report([row("c")], 20.0)
+    merged, dropped = sittings.merge_verify(report([row("a"), row("b")], 100.0), new, exercises)
+    assert [r["id"] for r in merged["exercises"]] == ["a", "c"]
+    assert dropped == ["b: its sources changed since"]
+    for key, other in (("code", "c0"), ("gpu", "A100"), ("jobs", 8)):
+        merged, dropped = sittings.merge_verify(report([row("a")], 100.0, **{key: other}), new, exercises)
+        assert [r["id"] for r in merged["exercises"]] == ["c"] and merged["sittings"] == 1 and merged["wall_s"] == 20.0
+        assert dropped == [f"a: measured with another {key}"]
+
+
+def test_an_exercise_the_course_no_longer_has_is_dropped(monkeypatch):
+    exercises = course(monkeypatch, {"a": "s"})
+    merged, dropped = sittings.merge_verify(report([row("gone")], 5.0), report([row("a")], 1.0), exercises)
+    assert [r["id"] for r in merged["exercises"]] == ["a"] and dropped == ["gone: no longer in the course"]
+
+
+def test_equivalence_rows_stay_only_where_their_verify_rows_stayed():
+    exercises = [SimpleNamespace(id=i) for i in ("a", "b")]
+    eq = lambda ex, equal=True: {"exercise": ex, "run": "bug", "equal": equal}  # noqa: E731
+    old = dict(SAME, rows=[eq("a"), eq("b")], fresh_wall_s=10.0, forked_wall_s=5.0)
+    new = dict(SAME, rows=[eq("b", False)], fresh_wall_s=1.0, forked_wall_s=1.0)
+    merged, _ = sittings.merge_equivalence(old, new, exercises, kept_in_verify={"a", "b"})
+    assert [r["exercise"] for r in merged["rows"]] == ["a", "b"] and merged["all_equal"] is False
+    assert (merged["fresh_wall_s"], merged["forked_wall_s"], merged["runs"]) == (11.0, 6.0, 2)
+    merged, dropped = sittings.merge_equivalence(old, new, exercises, kept_in_verify={"b"})
+    assert [r["exercise"] for r in merged["rows"]] == ["b"] and dropped == ["a: its sources changed since"]
