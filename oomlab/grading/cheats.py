@@ -185,13 +185,27 @@ _offload.__enter__()
 
 COMPUTE_ON_THE_CPU = """
 import time as _time
+import torch as _torch
 import torch.nn.functional as _F
+from torch.optim.optimizer import register_optimizer_step_post_hook as _after_each_step
 
 _linear, _conv2d, _until = _F.linear, _F.conv2d, _time.process_time() + 45.0
+_cpu = [True]
 
 
-def _on_the_cpu(op, x, w, b=None, *rest, **kw):  # the layers' work on the CPU, 45 s of it; the GPU holds the results
-    if _time.process_time() > _until or not x.is_cuda:
+def _decide(*_):  # 45 s of the layers' work on the CPU; the GPU holds the results
+    _cpu[0] = _time.process_time() < _until
+
+
+# Training decides again only after an optimizer step: a checkpoint recomputes its forward during backward, and
+# must find the layers where its forward left them. No-grad work (evaluation, serving) decides at every call.
+_after_each_step(_decide)
+
+
+def _on_the_cpu(op, x, w, b=None, *rest, **kw):
+    if not _torch.is_grad_enabled():
+        _decide()
+    if not (_cpu[0] and x.is_cuda):
         return op(x, w, b, *rest, **kw)
     return op(x.cpu(), w.cpu(), None if b is None else b.cpu(), *rest, **kw).to(x.device)
 
