@@ -107,3 +107,30 @@ def test_the_big_snapshot_row_shows_each_phase_and_the_peak_memory():
     assert "Of the peak, 512.0 MiB is the process before it read anything" in md and "took 512.0 MiB." in md
     assert "built to torch's format" in "\n".join(big_snapshot_section({**row, "source": "synthetic"}, "?"))
     assert big_snapshot_section(None, "?") == []
+
+
+# --------------------------------------------------------------------------- what the witness costs
+
+
+def test_the_witness_bench_alternates_runs_with_and_without_the_driver_and_reports_medians(monkeypatch):
+    import contextlib
+
+    from oomlab.bench import witness as bench
+    from oomlab.measure import harness
+
+    asked = []
+
+    def fake_measure(script, **kwargs):  # the real measure_exercise_file passes its keywords on to this
+        asked.append(kwargs["witness_driver"])
+        driver = {"samples": 40, "sample_s_mean": 0.001, "sample_s_max": 0.004} if kwargs["witness_driver"] else {}
+        witness = {"driver": driver, "process_s": 2.0, "supervisor_cpu_s": 0.2}
+        wall = 1.1 if kwargs["witness_driver"] else 1.0
+        return harness.Measurement(script=str(script), status="ok", wall_s=wall, witness=witness, runner="forked")
+
+    monkeypatch.setattr(harness, "measure", fake_measure)
+    monkeypatch.setattr(bench.warm, "serving", lambda *a, **k: contextlib.nullcontext([]))
+    report = bench.measure(["reference-cycle"], 2)
+    assert asked == [True, False, True, False]
+    row = report["exercises"]["reference-cycle"]
+    assert (row["with"]["samples"], row["with"]["sample_ms_max"], row["without"]["samples"]) == (40, 4.0, None)
+    assert row["script_wall_overhead"] == 0.1 and report["interval_s"] == bench.INTERVAL_S

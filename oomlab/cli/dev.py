@@ -387,10 +387,14 @@ def bench(
             console.print(f"OOM hook on the {loop} loop: {overhead} per step ({report['oom_hook']['created']})")
     if "witness" in report:
         for ex_id, row in report["witness"]["exercises"].items():
-            w = row["with"]
+            w, overhead = row["with"], row["script_wall_overhead"]
+            if w["samples"] is None:  # the driver was not read: its statuses say why
+                console.print(f"Witness on {ex_id}: the driver was not read ({', '.join(w['statuses'])})")
+                continue
             console.print(
                 f"Witness on {ex_id}: {w['samples']:.0f} samples of {w['sample_ms_mean']} ms each, the supervisor's CPU "
-                f"{w['supervisor_cpu_s']} s, the script {row['script_wall_overhead']:+.1%} ({report['witness']['created']})"
+                f"{w['supervisor_cpu_s']} s, the script {'n/a' if overhead is None else f'{overhead:+.1%}'} "
+                f"({report['witness']['created']})"
             )
     if "big_snapshot" in report:
         big = report["big_snapshot"]

@@ -435,13 +435,15 @@ def measure_exercise_file(
     sandboxed: bool = True,
     sandbox_required: bool = False,
     hide: tuple[Path, ...] = (),
+    witness_driver: bool = True,
 ) -> Measurement:
     """Measure ``script`` under ``exercise``'s budget, allocator settings and time limit, sandboxed for a grade.
 
     A warm server of the exercise's course, if one runs with its settings, forks the run.
     ``budget_bytes`` replaces the exercise's budget and nothing else (None keeps
     the exercise's own): sizing a budget (:mod:`oomlab.grading.calibrate`) has to
-    measure a run exactly as grading does, under another cap.
+    measure a run exactly as grading does, under another cap. ``witness_driver=False``
+    only for timing what reading the driver costs (:mod:`oomlab.bench.witness`).
     """
     return measure(
         script,
@@ -454,4 +456,5 @@ def measure_exercise_file(
         sandboxed=sandboxed,
         sandbox_required=sandbox_required,
         hide=hide,
+        witness_driver=witness_driver,
     )
