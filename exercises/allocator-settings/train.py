@@ -6,7 +6,7 @@ are the point of the exercise and stay as they are: padding images to a common
 size would change what the convolutions and batch norm see at the borders, and
 resizing would change the data. The largest batch alone fits the memory budget
 with room to spare, yet again and again the allocator runs out of cached room:
-it frees its whole cache, synchronises and retries, a step away from an OOM.
+it gives back its entirely free segments, synchronises and retries, near an OOM.
 Find out where the memory goes, and make the run stop retrying without
 changing the model, the data, the resolutions or the loss.
 """
