@@ -92,17 +92,19 @@ def read_process_memory(pid: int | None = None, nvml=None) -> dict:
             nvml.nvmlShutdown()
 
 
-def memory_by_process(nvml, handle) -> dict[int, int | None]:
-    """pid -> the bytes the driver counts for it on one GPU, NVML started.
+def memory_by_process(nvml, *handles) -> dict[int, int | None]:
+    """pid -> the bytes the driver counts for it on the GPUs of ``handles``, summed over them, NVML started.
 
     None where the driver lists the process but not its memory (NVML_VALUE_NOT_AVAILABLE:
     MIG without privileges, WDDM); a process listed more than once is summed. The one
-    reading of NVML's process list, for :func:`read_process_memory` and the witness.
+    reading of NVML's process list, for :func:`read_process_memory` (one GPU at a time)
+    and the witness (all of them).
     """
     used: dict[int, int | None] = {}
-    for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-        before = used.get(p.pid, 0)
-        used[p.pid] = None if before is None or p.usedGpuMemory is None else before + int(p.usedGpuMemory)
+    for handle in handles:
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            before = used.get(p.pid, 0)
+            used[p.pid] = None if before is None or p.usedGpuMemory is None else before + int(p.usedGpuMemory)
     return used
 
 
