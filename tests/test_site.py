@@ -375,3 +375,25 @@ def test_no_page_shows_a_backslash_escape_in_its_text(site):
         text = text_of(page)
         shown += [f"{page.relative_to(site)}: ...{m.group(0)}..." for m in re.finditer(r'.{0,30}\\".{0,30}', text)]
     assert not shown, shown[:5]
+
+
+def test_every_drawn_picture_opens_full_size(site):
+    """The tools draw for a wide screen; in a page's column their labels are small, so a click opens each at full size."""
+    shown = 0
+    for page in site.rglob("*.html"):
+        raw = page.read_text(encoding="utf-8")
+        for src in re.findall(r'<img [^>]*src="([^"]*figures/[^"]+\.png)"', raw):
+            shown += 1
+            assert re.search(rf'<a href="{re.escape(src)}"[^>]*>\s*<img [^>]*src="{re.escape(src)}"', raw), (
+                f"{page.relative_to(site)}: {src} does not open full size"
+            )
+    assert shown, "no page shows a drawn picture"
+
+
+def test_the_allocator_page_draws_split_merge_and_expandable_segments(site):
+    raw = (site / "allocator.html").read_text(encoding="utf-8")
+    assert "oomlab:diagram" not in raw
+    labels = [html.unescape(label) for label in re.findall(r'<svg class="oomlab-diagram"[^>]*aria-label="([^"]+)"', raw)]
+    assert any("Split, pin and merge" in label for label in labels), "no split-and-merge diagram"
+    assert any("expandable segments" in label for label in labels), "no expandable-segments diagram"
+

@@ -10,7 +10,7 @@ folded, after the fix.
 
 from __future__ import annotations
 
-from oomlab.site.markdown import cell, escaped, indented, link_from
+from oomlab.site.markdown import cell, escaped, indented, picture
 from oomlab.tools.compare.analysis import signed_bytes
 from oomlab.units import format_bytes
 
@@ -70,7 +70,7 @@ def compare_fold(entry: dict | None, ex_id: str, solution: str, page_uri: str, d
             "",
         ]
     for name in entry.get("files") or []:
-        body += [f"![What the fix changed, by line: {name}]({link_from(page_uri, 'figures/' + name)})", ""]
+        body += [picture(page_uri, name, f"What the fix changed, by line: {name}"), ""]
     return [f'??? abstract "{COMPARE_FOLD}"', "", *indented("\n".join(body).rstrip("\n")), ""]
 
 

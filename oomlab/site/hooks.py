@@ -12,8 +12,8 @@
 - the ``Exercises`` section of the nav, module by module, in course order;
 - in hand-written pages, ``<!-- oomlab:figure FILE alt -->`` becomes a picture that
   ``oomlab dev figures`` drew (or says it is not drawn yet),
-  ``<!-- oomlab:workflow -->`` the workflow's diagram
-  (:mod:`oomlab.site.diagram`), ``<!-- oomlab:modules -->`` the path through the modules,
+  ``<!-- oomlab:diagram NAME -->`` a diagram drawn at build time (:data:`DIAGRAMS`: the
+  workflow's, :mod:`oomlab.site.diagram`, and the segments', :mod:`oomlab.site.segments_diagram`), ``<!-- oomlab:modules -->`` the path through the modules,
   ``<!-- oomlab:exercises -->`` a table of the
   exercises and ``<!-- oomlab:exercises STEP -->`` a list of those teaching STEP;
 - in any page, ``<!-- oomlab:fact probe.key -->`` becomes a figure that a probe script in
@@ -47,12 +47,13 @@ from oomlab.course.manifest import STEP_NAMES, Exercise  # noqa: E402
 from oomlab.errors import OomLabError  # noqa: E402
 from oomlab.measure.stats import FIGURES as STAT_FIGURES  # noqa: E402
 from oomlab.site import facts as site_facts  # noqa: E402
+from oomlab.site import segments_diagram  # noqa: E402
 from oomlab.site.charts import peaks_chart  # noqa: E402
 from oomlab.site.cli_reference import cli_reference  # noqa: E402
 from oomlab.site.compare_fold import compare_fold  # noqa: E402
 from oomlab.site.diagram import workflow_svg  # noqa: E402
 from oomlab.site.fact_charts import CHART_MARKER, CHARTS, chart  # noqa: E402
-from oomlab.site.markdown import cell, escaped, indented, link_from  # noqa: E402
+from oomlab.site.markdown import cell, escaped, indented, link_from, picture  # noqa: E402
 from oomlab.site.module_pages import (  # noqa: E402
     exercise_table,
     module_page,
@@ -76,7 +77,8 @@ PROBES = "probes"  # relative to docs_dir: the probe scripts behind facts.json
 PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 MARKER = re.compile(r"<!--\s*oomlab:exercises(?:\s+(\w+))?\s*-->")
 MODULES_MARKER = "<!-- oomlab:modules -->"  # the path through the course, module by module
-WORKFLOW_MARKER = "<!-- oomlab:workflow -->"  # the workflow's steps as a diagram
+DIAGRAM_MARKER = re.compile(r"<!--\s*oomlab:diagram\s+([\w-]+)\s*-->")  # a picture drawn from the code below
+DIAGRAMS = {"workflow": workflow_svg, **segments_diagram.DIAGRAMS}
 CLI_PAGE = "cli.md"  # the command reference, generated from the CLI itself
 # <!-- oomlab:figure FILE alt text --> in a hand-written page: a picture `oomlab dev figures` drew, once it has
 FIGURE_MARKER = re.compile(r"<!--\s*oomlab:figure\s+(?P<file>[\w.-]+)\s+(?P<alt>.*?)\s*-->", re.S)
@@ -758,7 +760,7 @@ def figure_section(ex: Exercise) -> list[str]:
         if figure["variant"] == "bug":
             body += failed_step_note(ex, figure)
         for name in figure["files"]:
-            body += [f"![{label}: {name}]({link_from(uri, 'figures/' + name)})", ""]
+            body += [picture(uri, name, f"{label}: {name}"), ""]
         if figure.get("snapshot"):
             body += [
                 f"[Download this snapshot]({link_from(uri, 'figures/' + figure['snapshot'])}) and drop it on "
@@ -1016,12 +1018,18 @@ def _seconds(value) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
+def diagram(page_src_uri: str, name: str) -> str:
+    if name not in DIAGRAMS:
+        raise PluginError(f"course/{page_src_uri}: no diagram {name!r}; the diagrams are {', '.join(DIAGRAMS)}.")
+    return DIAGRAMS[name]()
+
+
 def figure_image(page_src_uri: str, name: str, alt: str) -> str:
     """A picture from course/figures/ that figures.json lists, or a line saying what will draw it."""
     drawn = {f for figure in _state["figures"].get("figures", {}).values() for f in figure.get("files") or []}
     if name not in drawn:
         return f"*(The picture {name} is not drawn yet: on a CUDA GPU, `oomlab dev figures` draws it.)*"
-    return f"![{' '.join(alt.split())}]({link_from(page_src_uri, 'figures/' + name)})"
+    return picture(page_src_uri, name, alt)
 
 
 def exercise_list(page_src_uri: str, step_name: str | None) -> str:
@@ -1103,8 +1111,8 @@ def on_files(files, config):
 def on_page_markdown(markdown, page, config, files):
     if "oomlab:figure" in markdown:
         markdown = FIGURE_MARKER.sub(lambda m: figure_image(page.file.src_uri, m["file"], m["alt"]), markdown)
-    if WORKFLOW_MARKER in markdown:
-        markdown = markdown.replace(WORKFLOW_MARKER, workflow_svg())
+    if "oomlab:diagram" in markdown:
+        markdown = DIAGRAM_MARKER.sub(lambda m: diagram(page.file.src_uri, m.group(1)), markdown)
     if MODULES_MARKER in markdown:
         markdown = markdown.replace(MODULES_MARKER, modules_overview(page.file.src_uri, _state["exercises"]))
     if "oomlab:exercises" in markdown:

@@ -1,10 +1,10 @@
-"""The Markdown helpers every generated page needs: a relative link, plain text escaped, a table cell, a fold's body."""
+"""The Markdown helpers every generated page needs: a relative link, a picture, plain text escaped, a table cell, a fold's body."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["cell", "escaped", "indented", "link_from"]
+__all__ = ["cell", "escaped", "indented", "link_from", "picture"]
 
 _SPECIAL = re.compile(r"([\\`*_\[\]])")
 
@@ -12,6 +12,16 @@ _SPECIAL = re.compile(r"([\\`*_\[\]])")
 def link_from(page_src_uri: str, target: str) -> str:
     """A relative link from one docs page's source path to another (both relative to the docs folder)."""
     return "../" * page_src_uri.count("/") + target
+
+
+def picture(page_src_uri: str, name: str, alt: str) -> str:
+    """A picture from course/figures/ that opens full size when clicked.
+
+    The pictures are drawn for a wide screen: in the page's column their labels are
+    small, so each is also a link to itself, where the browser shows it at full size.
+    """
+    target = link_from(page_src_uri, "figures/" + name)
+    return f'[![{" ".join(alt.split())}]({target})]({target} "Open the picture full size")'
 
 
 def cell(text: str) -> str:
