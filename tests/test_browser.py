@@ -248,6 +248,60 @@ def test_search_finds_a_word_when_served(browser, built_site, served):
     assert not severe, f"searching logged: {[e['message'] for e in severe]}"
 
 
+# --------------------------------------------------------------------------- the course site's layout
+
+PHONE_WIDTH = 390  # CSS pixels: a common phone held upright
+# Pages with the widest tables and the recorded out-of-memory messages: each generated page kind, and the workflow's.
+LAYOUT_PAGES = ("workflow.html", "measurements.html", "exercises/capstone.html", "modules/hunt.html", "allocator.html")
+OVERFLOW = """
+const out = {page: document.documentElement.scrollWidth, view: window.innerWidth, messages: [], tables: []};
+for (const code of document.querySelectorAll('article .oomlab-message code'))
+  if (code.scrollWidth > code.clientWidth + 1) out.messages.push(code.textContent.slice(0, 60));
+for (const t of document.querySelectorAll('article table')) {
+  const box = t.closest('.md-typeset__scrollwrap');
+  const right = t.getBoundingClientRect().right;
+  const wide = box ? box.scrollWidth > box.clientWidth + 1 : right > window.innerWidth + 1;
+  const shadow = box ? getComputedStyle(box).backgroundImage : 'none';
+  if (wide) out.tables.push([t.rows[0].textContent.trim().slice(0, 50), shadow !== 'none']);
+}
+return out;
+"""
+
+
+@contextmanager
+def width(driver, css_pixels: int) -> Iterator[None]:
+    """The browser as a screen ``css_pixels`` wide (a phone's, with its media queries), for the block."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": css_pixels, "height": 800, "deviceScaleFactor": 1, "mobile": True}
+    )
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_an_out_of_memory_message_wraps_in_its_column_rather_than_being_cut(browser, built_site, served):
+    shown = 0
+    for page in LAYOUT_PAGES:
+        browser.get(f"{served}/{page}")
+        found = browser.execute_script(OVERFLOW)
+        shown += len(browser.find_elements(By.CSS_SELECTOR, "article .oomlab-message"))
+        assert not found["messages"], f"{page}: the recorded error runs past its column at 1280 px: {found['messages']}"
+    assert shown, "no page shows a recorded out-of-memory message"
+
+
+def test_on_a_phone_no_page_is_cut_and_a_table_too_wide_shows_that_it_scrolls(browser, built_site, served):
+    with width(browser, PHONE_WIDTH):
+        for page in LAYOUT_PAGES:
+            browser.get(f"{served}/{page}")
+            found = browser.execute_script(OVERFLOW)
+            assert found["view"] == PHONE_WIDTH, f"the phone's width was not applied: {found['view']}"
+            assert found["page"] <= found["view"], f"{page} scrolls sideways on a phone: {found['page']} px wide"
+            assert not found["messages"], f"{page}: the recorded error runs past a phone's screen: {found['messages']}"
+            silent = [header for header, shadow in found["tables"] if not shadow]
+            assert not silent, f"{page}: tables wider than a phone that do not show that they scroll: {silent}"
+
+
 # --------------------------------------------------------------------------- the course site, from disk
 
 

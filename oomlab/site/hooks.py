@@ -30,7 +30,6 @@ import json
 import logging
 import re
 import sys
-import textwrap
 from datetime import datetime
 from pathlib import Path
 
@@ -680,7 +679,8 @@ def measurement_section(ex: Exercise) -> list[str]:
 def recorded_error(buggy: dict) -> list[str]:
     """A recorded OOM message as a learner running alone meets it, and a note on what was left out."""
     shown, others = learner_view(buggy["message"])
-    md = [fence(textwrap.fill(shown, 100, break_on_hyphens=False), "text"), ""]
+    # One long line, as a terminal shows it: the page's style sheet wraps it at the column's width, whatever that is.
+    md = [fence(shown, "{ .text .oomlab-message }"), ""]
     if others:
         jobs = (_state["report"] or {}).get("jobs")
         md += [
