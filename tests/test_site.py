@@ -397,3 +397,19 @@ def test_the_allocator_page_draws_split_merge_and_expandable_segments(site):
     assert any("Split, pin and merge" in label for label in labels), "no split-and-merge diagram"
     assert any("expandable segments" in label for label in labels), "no expandable-segments diagram"
 
+
+def test_an_exercise_pages_chart_and_table_show_the_same_runs(site, course):
+    """The chart of measured runs and the table under it list the same runs, accepted alternatives included."""
+    report = json.loads(VERIFY.read_text(encoding="utf-8"))
+    with_alternatives = 0
+    for row in report["exercises"]:
+        raw = exercise_page(site, row["id"]).read_text(encoding="utf-8")
+        chart = re.search(r'<svg class="oomlab-chart".*?</svg>', raw, re.S)
+        if not chart:
+            continue
+        charted = [html.unescape(t) for t in re.findall(r'font-weight="bold">([^<]+)</text>', chart[0])]
+        table = raw[chart.end() :]
+        rows = [html.unescape(r) for r in re.findall(r"<tr>\s*<td>([^<]+)</td>", table[: table.index("</table>")])]
+        assert charted == rows, f"{row['id']}: the chart shows {charted}, its table {rows}"
+        with_alternatives += any(label.startswith("accepted fix: ") for label in rows)
+    assert with_alternatives, "no exercise page shows an accepted alternative's run"

@@ -217,12 +217,18 @@ RUN_HEADER = (
 
 
 def runs(row: dict, cheats: bool = False) -> list[tuple[str, dict]]:
-    """The report row's runs with their labels: the bug, the fix, the wrong fixes (and the generic cheats)."""
+    """The report row's runs with their labels: the bug, the fix, the accepted alternatives, the wrong fixes (and the generic cheats).
+
+    The exercise page's chart and its table, and the measurements page, all list these: one list, so
+    that a picture never shows a run its table lacks.
+    """
     out = []
     if row.get("buggy"):
         out.append(("buggy script", row["buggy"]))
     if row.get("solution"):
         out.append(("reference solution", row["solution"]))
+    for alt in row.get("alternatives") or []:
+        out.append((f"accepted fix: {alt.get('name', '?')}", alt))
     for fix in row.get("wrong_fixes") or []:
         out.append((f"wrong fix: {fix.get('name', '?')}", fix))
     for cheat in (row.get("cheats") or []) if cheats else []:
@@ -407,7 +413,8 @@ def process_memory_note(ex: Exercise, row: dict) -> list[str]:
         m = _PROCESS_IN_USE.search(run.get("message") or "")
         if not m or run.get("peak_reserved") is None:
             continue
-        label = f"the {label}" if not label.startswith("wrong fix: ") else f"the wrong fix `{label.removeprefix('wrong fix: ')}`"
+        kind, _, name = label.partition(": ")
+        label = f"the {kind} `{name}`" if name else f"the {label}"
         in_use = round(float(m.group(1)) * UNIT_BYTES[m.group(2).lower()])
         outside = in_use - run["peak_reserved"]
         if outside <= 0:
@@ -656,9 +663,7 @@ def measurement_section(ex: Exercise) -> list[str]:
             f"    {upper_first(problem)}: run `oomlab dev verify` again.",
             "",
         ]
-    chart = peaks_chart(
-        [*runs(row), *((f"accepted: {a.get('name', '?')}", a) for a in row.get("alternatives") or [])], ex.budget_bytes
-    )
+    chart = peaks_chart(runs(row), ex.budget_bytes)
     if chart:
         md += [
             chart,
