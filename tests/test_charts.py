@@ -90,6 +90,17 @@ def test_the_uptime_chart_marks_the_advised_restart_and_the_oom_only_where_they_
     assert uptime_chart([("empty", {"samples": []})]) == ""
 
 
+def test_the_uptime_chart_gives_its_memory_scale_in_each_panel():
+    """A reader reads a level off the chart: the cap and half of it are labelled with their sizes, where they are drawn."""
+    from oomlab.site.charts import uptime_chart
+
+    svg = uptime_chart([("defaults", worker()), ("expandable", worker())])
+    assert svg.count(">cap 2,000.0 MiB</text>") == 2 and svg.count(">1,000.0 MiB</text>") == 2
+    cap_line = float(re.search(r'y1="([\d.]+)" x2="[\d.]+" y2="[\d.]+" stroke="#c62828" stroke-dasharray="4 3"', svg)[1])
+    cap_label = float(re.search(r'y="([\d.]+)"[^>]*>cap 2,000.0 MiB<', svg)[1])
+    assert 0 < cap_label - cap_line < 14, "the cap's label is not at the cap's line"
+
+
 def test_every_chart_marker_draws_its_probe_or_says_it_has_not_run():
     from oomlab.site import fact_charts
 

@@ -139,6 +139,18 @@ def _polyline(points: list[tuple[float, float]], color: str, dash: str = "") -> 
     return f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.5"{dash}/>'
 
 
+def _y_values(left: float, top: float, bottom: float, cap: int) -> list[str]:
+    """The memory scale of a panel: the cap at its top and half of it on a faint line, labelled inside on a halo."""
+    middle = (top + bottom) / 2
+    halo = 'stroke="white" stroke-width="3" paint-order="stroke" fill="currentColor"'
+    return [
+        f'<line x1="{left}" y1="{middle:.1f}" x2="{WIDTH - 1}" y2="{middle:.1f}" stroke="{GREY}" stroke-width="0.5" '
+        'stroke-dasharray="2 3"/>',
+        f'<text x="{left + 2}" y="{top + 11:.0f}" {halo}>cap {escape(format_bytes(cap))}</text>',
+        f'<text x="{left + 2}" y="{middle - 3:.0f}" {halo}>{escape(format_bytes(cap // 2))}</text>',
+    ]
+
+
 def uptime_chart(runs: list[tuple[str, dict]]) -> str:
     """An SVG panel per ``(label, worker_uptime result)``: reserved, allocated and non-releasable bytes over requests.
 
@@ -184,6 +196,7 @@ def uptime_chart(runs: list[tuple[str, dict]]) -> str:
             f'<line x1="{left}" y1="{bottom:.1f}" x2="{WIDTH - 1}" y2="{bottom:.1f}" stroke="currentColor" stroke-width="0.5"/>',
             f'<text x="{WIDTH - 1}" y="{bottom + 12:.0f}" text-anchor="end" fill="currentColor">{last:,} requests</text>',
             f'<text x="{left}" y="{bottom + 12:.0f}" fill="currentColor">0</text>',
+            *_y_values(left, y0, bottom, cap),
         ]
         notes = []
         retries = samples[-1].get("alloc_retries_total")
