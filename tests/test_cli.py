@@ -90,6 +90,14 @@ def test_list(root):
     shown = [out.index(m.title) for m in MODULES if m.title in out]
     assert len(shown) >= 4 and shown == sorted(shown)
     assert out.index("Step 2: hunt dangling references") < out.index("eval-graphs") < out.index("Step 3: profile the peak")
+    # Module 1 comes before the steps are taught: its exercises' step reads "0→" (read the error first), no other's does.
+    from oomlab.course import Course
+    from oomlab.course.modules import met_before_its_step
+
+    for ex in Course(root).exercises:
+        row = re.search(rf"\d+ +{ex.id} .*", out)[0]
+        assert (" 0→" in row) == met_before_its_step(ex.module, ex.step), row
+    assert "Steps: 0 read the error first, 1 snapshot" in out
 
 
 def test_hint_advances(root):

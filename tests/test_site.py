@@ -413,3 +413,24 @@ def test_an_exercise_pages_chart_and_table_show_the_same_runs(site, course):
         assert charted == rows, f"{row['id']}: the chart shows {charted}, its table {rows}"
         with_alternatives += any(label.startswith("accepted fix: ") for label in rows)
     assert with_alternatives, "no exercise page shows an accepted alternative's run"
+
+
+def test_an_exercise_met_before_its_step_is_tagged_to_read_the_error_first(site, course):
+    """The workflow is learned in its own order: module 1's exercises drill reading the numbers, their step comes later."""
+    from oomlab.course.modules import MODULES, met_before_its_step
+    from oomlab.steps import step
+
+    order = [m.name for m in MODULES]
+    early = [ex for ex in course.exercises if met_before_its_step(ex.module, ex.step)]
+    assert early, "no exercise comes before the module that teaches its step"
+    assert all(order.index(ex.module) < order.index(ex.step) for ex in early)
+    for ex in course.exercises:
+        text = text_of(exercise_page(site, ex.id))
+        start = text.index("Workflow step: ") + len("Workflow step: ")
+        tag = text[start : text.index(first_words(ex.summary, 3), start)].strip()
+        want = f"Read the error first, then {step(ex.step).heading}." if ex in early else f"{step(ex.step).heading}."
+        assert tag == want, f"{ex.id}: {tag}"
+        module_page = text_of(site / "modules" / f"{ex.module}.html")
+        assert (f"Read the error first, then {step(ex.step).heading}" in module_page) == (ex in early), ex.id
+    first_module = text_of(site / "modules" / f"{MODULES[0].name}.html")
+    assert "3. Profile the peak |" not in first_module

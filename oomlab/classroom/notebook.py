@@ -30,9 +30,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from oomlab.classroom.layout import EXERCISE_ROLE
 from oomlab.classroom.scoring import ANSWER_POINTS, POINTS_PER_CHECK, honesty_checks, magic_line, memory_checks, script_name
 from oomlab.course.manifest import Exercise
+from oomlab.course.modules import step_label
 from oomlab.course.originals import shipped_source
 from oomlab.grading.truth import source_digest
-from oomlab.steps import step
 from oomlab.units import format_bytes
 
 __all__ = ["INSTALLED_ONLY", "build_notebook"]
@@ -68,7 +68,7 @@ def _problem(ex: Exercise) -> str:
         [
             f"# {ex.title}",
             "",
-            f"*Workflow step: {step(ex.step).label}. Memory budget: {format_bytes(ex.budget_bytes)}.*",
+            f"*Workflow step: {step_label(ex.module, ex.step)}. Memory budget: {format_bytes(ex.budget_bytes)}.*",
             "",
             ex.summary,
             "",

@@ -27,7 +27,7 @@ from oomlab.cli.render import (
 )
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import MODULES
+from oomlab.course.modules import MODULES, READ_FIRST, met_before_its_step, step_label
 from oomlab.course.originals import keep_originals, pristine_source
 from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
@@ -119,7 +119,8 @@ def overview(
         e = by_id[ex_id]
         mark = "✓" if progress.passed(e.id) else ("→" if e is ex else "·")
         style = "green" if mark == "✓" else ("bold" if mark == "→" else "dim")
-        rows.add_row(f" {mark}", f"{i}.", e.id, f"{e.title}  [{step(e.step).label}]", style=style)
+        # Text, not markup: rich would take the bracketed step for a style tag and drop it.
+        rows.add_row(f" {mark}", f"{i}.", e.id, Text(f"{e.title}  [{step_label(e.module, e.step)}]"), style=style)
     console.print(rows)
     if course.broken:
         console.print(Text("Fix the broken exercise.toml named above; the other exercises work meanwhile.", style="red"))
@@ -172,13 +173,14 @@ def list_exercises() -> None:
                 status = Text("passed", style="green")
             else:
                 status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
-            table.add_row(str(i), Text(e.id, no_wrap=True), e.title, str(step(e.step).number), in_gib(e.budget_bytes), status)
+            number = ("0→" if met_before_its_step(e.module, e.step) else "") + str(step(e.step).number)  # 0: read the error
+            table.add_row(str(i), Text(e.id, no_wrap=True), e.title, number, in_gib(e.budget_bytes), status)
         table.add_section()
     for ex_id in course.broken:  # listed last, under the number that is theirs
         problem = Text(course.problem(ex_id), style="red")
         table.add_row(str(course.number(ex_id)), Text(ex_id, no_wrap=True), problem, "", "", Text("broken", style="bold red"))
     console.print(table)
-    console.print("Steps: " + ", ".join(s.label for s in STEPS) + ".", style="dim")
+    console.print("Steps: " + ", ".join([f"0 {READ_FIRST.lower()}", *(s.label for s in STEPS)]) + ".", style="dim")
 
 
 def measuring(ex: Exercise, what: str = "Measuring"):

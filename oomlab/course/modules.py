@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MODULES", "Module", "module_named"]
+__all__ = ["MODULES", "READ_FIRST", "Module", "met_before_its_step", "module_named", "step_label"]
+
+# The workflow's first box, before any step: what the first module teaches. An exercise met before the
+# module that teaches its step is tagged with it first, so that the workflow is learned in its own order.
+READ_FIRST = "Read the error first"
 
 
 @dataclass(frozen=True)
@@ -58,3 +62,21 @@ _BY_NAME = {m.name: m for m in MODULES}
 
 def module_named(name: str) -> Module | None:
     return _BY_NAME.get(name)
+
+
+def met_before_its_step(module: str, step_name: str) -> bool:
+    """Whether an exercise of ``module`` comes before the module that teaches its step (a module named after the step).
+
+    Module 1's exercises are fixed with a later step's tool, but what they drill is reading the
+    numbers: the pages and ``oomlab list`` tag them "Read the error first, then" that step.
+    """
+    order = [m.name for m in MODULES]
+    return module in order and step_name in order and order.index(module) < order.index(step_name)
+
+
+def step_label(module: str, step_name: str) -> str:
+    """The step an exercise drills as plain words, for the terminal and the notebooks: "3 profile peaks"."""
+    from oomlab.steps import step
+
+    label = step(step_name).label
+    return f"{READ_FIRST.lower()}, then {label}" if met_before_its_step(module, step_name) else label

@@ -59,6 +59,7 @@ from oomlab.site.module_pages import (  # noqa: E402
     module_uri,
     modules_overview,
     page_uri,
+    step_tag,
     taught,
 )
 from oomlab.site.oom_message import annotated, learner_view  # noqa: E402
@@ -515,13 +516,12 @@ def exercise_page(ex: Exercise, number: int, total: int) -> str:
     if not script.is_file():
         raise PluginError(f"{ex.manifest_path}: its script {script} does not exist.")
     rel_script = script.relative_to(ex.root).as_posix()
-    step_link = link_from(uri, f"workflow.md#{ex.step}")
     alloc = f"`PYTORCH_CUDA_ALLOC_CONF={ex.alloc_conf}`" if ex.alloc_conf else "the defaults (no `PYTORCH_CUDA_ALLOC_CONF`)"
 
     md = [
         f"# {ex.title}",
         "",
-        f"Exercise {number} of {total}. Workflow step: [{step(ex.step).heading}]({step_link}).",
+        f"Exercise {number} of {total}. Workflow step: {step_tag(uri, ex)}.",
         "",
         prose(ex.summary),
         "",

@@ -10,11 +10,11 @@ questions they end with; the answers stay folded on the exercise pages.
 from __future__ import annotations
 
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import MODULES, Module
+from oomlab.course.modules import MODULES, READ_FIRST, Module, met_before_its_step
 from oomlab.site.markdown import cell, link_from
 from oomlab.steps import step
 
-__all__ = ["module_page", "module_uri", "modules_overview", "taught"]
+__all__ = ["module_page", "module_uri", "modules_overview", "step_tag", "taught"]
 
 
 def module_uri(module: Module) -> str:
@@ -25,13 +25,21 @@ def page_uri(ex: Exercise) -> str:
     return f"exercises/{ex.id}.md"
 
 
+def step_tag(page_src_uri: str, ex: Exercise) -> str:
+    """The workflow step an exercise drills, linked to its section; "Read the error first, then" it where it comes before its step."""
+    linked = f"[{step(ex.step).heading}]({link_from(page_src_uri, f'workflow.md#{ex.step}')})"
+    if met_before_its_step(ex.module, ex.step):
+        return f"[{READ_FIRST}]({link_from(page_src_uri, 'workflow.md#read-the-error-first')}), then {linked}"
+    return linked
+
+
 def exercise_table(page_src_uri: str, numbered: list[tuple[int, Exercise]]) -> str:
     """Exercises with their numbers in the course, as a table: title, workflow step and budget (the titles name no bug)."""
     lines = ["| # | Exercise | Workflow step | Budget |", "|---:|---|---|---:|"]
     for n, ex in numbered:
         lines.append(
             f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) "
-            f"| [{step(ex.step).heading}]({link_from(page_src_uri, f'workflow.md#{ex.step}')}) | {ex.budget_mib:,.0f} MiB |"
+            f"| {step_tag(page_src_uri, ex)} | {ex.budget_mib:,.0f} MiB |"
         )
     return "\n".join(lines)
 
