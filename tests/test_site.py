@@ -434,3 +434,18 @@ def test_an_exercise_met_before_its_step_is_tagged_to_read_the_error_first(site,
         assert (f"Read the error first, then {step(ex.step).heading}" in module_page) == (ex in early), ex.id
     first_module = text_of(site / "modules" / f"{MODULES[0].name}.html")
     assert "3. Profile the peak |" not in first_module
+
+
+def test_the_path_says_what_each_module_asks_of_the_learner_and_of_the_gpu(site, course):
+    """How long a module takes: the lines to read, counted at build, and the GPU's time only where speed.json timed it."""
+    from oomlab.site.module_pages import taught
+
+    text = text_of(site / "index.html")
+    speed = json.loads((ROOT / "course" / "measurements" / "speed.json").read_text(encoding="utf-8"))
+    timed = {row["id"] for row in speed["exercises"]}
+    for module, chosen in taught(course.exercises):
+        lines = sum(len(ex.learner_path.read_text(encoding="utf-8").splitlines()) for _, ex in chosen)
+        row = text[text.index(module.goal[:40]) :]
+        assert f"{lines:,} lines of script" in row[:600], module.name
+        said_timed = "min on the GPU for one round" in row[: row.index("lines of script") + 120]
+        assert said_timed == all(ex.id in timed for _, ex in chosen), module.name

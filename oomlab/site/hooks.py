@@ -1119,7 +1119,7 @@ def on_page_markdown(markdown, page, config, files):
     if "oomlab:diagram" in markdown:
         markdown = DIAGRAM_MARKER.sub(lambda m: diagram(page.file.src_uri, m.group(1)), markdown)
     if MODULES_MARKER in markdown:
-        markdown = markdown.replace(MODULES_MARKER, modules_overview(page.file.src_uri, _state["exercises"]))
+        markdown = markdown.replace(MODULES_MARKER, modules_overview(page.file.src_uri, _state["exercises"], _state["speed"]))
     if "oomlab:exercises" in markdown:
         markdown = MARKER.sub(lambda m: exercise_list(page.file.src_uri, m.group(1)), markdown)
     if "oomlab:oom-message" in markdown:
