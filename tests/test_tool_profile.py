@@ -515,3 +515,15 @@ def test_code_run_while_profiling_stays_alive_until_the_events_are_parsed(tmp_pa
     tool.finish(None, {})
     gc.collect()
     assert alive() is None, "the probe keeps code alive after it is done"
+
+
+def test_the_whole_run_panel_starts_where_memory_does_not_at_a_lone_early_allocation():
+    """A first small allocation seconds before the run gets going would start the axis with a long, empty stretch."""
+    from oomlab.tools.profile.present import _first_memory_ms
+
+    times = [0.0, 2600.0, 2700.0, 2800.0, 3600.0]
+    series = [[1, 1, 50, 100, 100], [0, 0, 10, 20, 0]]  # bytes per category at each time
+    start = _first_memory_ms(times, series)
+    assert 2600.0 - 0.02 * 3600 <= start < 2700.0
+    assert _first_memory_ms(times, [[0] * 5]) == 0.0  # nothing drawn: the axis starts where the timeline does
+    assert _first_memory_ms([5.0, 6.0], [[10, 10]]) == 5.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from oomlab.tools.base import pyplot, save_figure
+from oomlab.tools.base import figure, pyplot, save_figure
 from oomlab.tools.compare.analysis import TOOL, signed_bytes
 from oomlab.tools.snapshot.analysis import site_text
 from oomlab.units import MIB, format_bytes, in_mib
@@ -118,7 +118,7 @@ def draw(result: dict, out_dir: Path) -> list[Path]:
     """``compare.png``: growth by allocation site, most grown at the top and most shrunk at the bottom."""
     plt = pyplot()
     rows = result["grown"] + result["shrunk"][::-1]
-    fig, ax = plt.subplots(figsize=(12, max(3.5, 1.8 + 0.38 * len(rows))), dpi=100)
+    fig, ax = figure(plt, max(3.2, 1.6 + 0.36 * len(rows)))
     names = [textwrap.shorten(site_text({"label": r["site"], "code": r["code"]}), 70, placeholder="…") for r in rows]
     changes = [r["growth"] / MIB for r in rows]
     positions = range(len(rows))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from oomlab.tools.base import pyplot, save_figure
+from oomlab.tools.base import figure, pyplot, save_figure
 from oomlab.tools.hunt.analysis import IN_FLIGHT, TOOL, advice
 from oomlab.tools.hunt.walk import STATE
 from oomlab.units import MIB, format_bytes, in_mib
@@ -134,7 +134,7 @@ def _accounting(result: dict) -> str:
 def draw(result: dict, out_dir: Path) -> list[Path]:
     """``hunt.png``: allocated MiB after each optimizer step (culprit in the title), else the top holders."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(12, 5.5), dpi=100)
+    fig, ax = figure(plt, 4.6)
     if result.get("steps"):
         title = _draw_steps(ax, result)
     else:

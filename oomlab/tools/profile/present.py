@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oomlab.tools.base import pyplot, save_figure
+from oomlab.tools.base import figure, pyplot, save_figure
 from oomlab.tools.profile.analysis import TOOL, category_label, where
 from oomlab.units import MIB, format_bytes, in_mib
 
@@ -133,6 +133,9 @@ def peak_window(result: dict) -> tuple[float, float] | None:
     return start - margin, end + margin
 
 
+LEGEND_COLUMNS, LEGEND_ROW_IN = 3, 0.22  # the legend under the panels: entries per row, and a row's height in inches
+
+
 def draw(result: dict, out_dir: Path) -> list[Path]:
     """``profile.png``: MiB by category over time, the peak marked with its operator and line.
 
@@ -148,10 +151,10 @@ def draw(result: dict, out_dir: Path) -> list[Path]:
     drawn = [(key, label, color) for key, label, color in DRAWN if any(series.get(key) or [])]
     window = peak_window(result)
     if window:
-        fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 9), dpi=100, gridspec_kw={"height_ratios": [1, 1.6]})
+        fig, (whole, zoom) = figure(plt, 7.6, 2, 1, gridspec_kw={"height_ratios": [1, 1.6]})
         axes = (whole, zoom)
     else:
-        fig, whole = plt.subplots(figsize=(13, 6), dpi=100)
+        fig, whole = figure(plt, 4.8)
         zoom, axes = None, (whole,)
     for ax in axes:
         ax.stackplot(
@@ -166,19 +169,36 @@ def draw(result: dict, out_dir: Path) -> list[Path]:
         ax.set_ylabel("MiB")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+    whole.set_xlim(left=_first_memory_ms(times, [series[key] for key, _, _ in drawn]))
     title = f"Memory on {result.get('device', '')} over time by category ({result.get('kind', '')})"
-    whole.set_title(title)
+    whole.set_title(title, fontsize=11, wrap=True)
     if zoom is not None:
-        whole.set_title(f"{title}: the whole run")
+        whole.set_title(f"{title}: the whole run", fontsize=11, wrap=True)
         whole.axvspan(*window, color="black", alpha=0.08, label="shown below")
         zoom.set_xlim(*window)
         which = "the failed step" if (result.get("peak") or {}).get("in_failed_step") else "the step with the peak"
         zoom.set_title(f"{which}, enlarged")
     _annotate_peak(axes[-1], result)
     axes[-1].set_xlabel("time since the first allocation (ms)")
-    whole.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
-    fig.tight_layout()
+    # The legend under the panels, across the figure: beside them it took a third of the width the curves need.
+    handles, labels = whole.get_legend_handles_labels()
+    rows = -(-len(labels) // LEGEND_COLUMNS)
+    fig.legend(handles, labels, loc="lower center", ncol=LEGEND_COLUMNS, fontsize=8.5, frameon=False)
+    fig.tight_layout(rect=(0, min(0.3, rows * LEGEND_ROW_IN / fig.get_figheight()), 1, 1))
     return [save_figure(fig, Path(out_dir) / f"{TOOL}.png")]
+
+
+def _first_memory_ms(times: list[float], series: list[list[int]]) -> float:
+    """Where the whole-run panel starts: just before memory first reaches 1% of its highest.
+
+    The first allocation can come seconds before the run gets going (a model built on the CPU, a
+    dataset read), and an axis from it would start with that long, empty stretch.
+    """
+    totals = [sum(column) for column in zip(*series, strict=True)] if series else []
+    if not totals or max(totals) <= 0:
+        return times[0]
+    first = next(i for i, total in enumerate(totals) if total >= 0.01 * max(totals))
+    return max(times[0], times[first] - 0.02 * (times[-1] - times[0]))
 
 
 def _marks(ax, result: dict, timeline: dict) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oomlab.tools.base import pyplot, save_figure
+from oomlab.tools.base import figure, pyplot, save_figure
 from oomlab.tools.snapshot.analysis import FREE, LIVE, MIXED, PENDING, site_text
 from oomlab.units import MIB, format_bytes, in_mib
 
@@ -126,7 +126,7 @@ def _draw_segments(plt, result: dict, path: Path) -> Path:
     total_count = result["totals"]["segments"]
     shown = listed[:MAX_DRAWN_SEGMENTS]
     left_out = total_count - len(shown)
-    fig, ax = plt.subplots(figsize=(12, max(3.5, 1.6 + 0.22 * len(shown))), dpi=100)
+    fig, ax = figure(plt, max(3.2, 1.5 + 0.22 * len(shown)))
     rows, widths, lefts, colours = [], [], [], []
     for row, seg in enumerate(shown):
         for offset, size, state in seg["layout"]:
@@ -171,7 +171,7 @@ def _draw_segments(plt, result: dict, path: Path) -> Path:
 def _draw_timeline(plt, result: dict, path: Path) -> Path:
     """Allocated and reserved MiB per recorded event; the gap between them is the allocator's cache."""
     tl = result["timeline"]
-    fig, ax = plt.subplots(figsize=(12, 5), dpi=100)
+    fig, ax = figure(plt, 4.4)
     x = tl["index"]
     reserved = [v / MIB for v in tl["reserved"]]
     allocated = [v / MIB for v in tl["allocated"]]
@@ -199,6 +199,7 @@ def _draw_timeline(plt, result: dict, path: Path) -> Path:
         ax.text(0.5, 0.5, "no allocation history was recorded", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=9)
+    # Under the axes, not on them: a run's memory climbs from the left, where a legend inside would cover it.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=9, frameon=False)
     fig.tight_layout()
     return save_figure(fig, path)
