@@ -1,7 +1,9 @@
 """Every way a measured run can end, on CPU: ``require_cuda=False`` runs the child without a GPU.
 
 Each test that starts a process costs a few seconds (the child imports torch),
-so the successful run is measured once and shared by the tests that read it.
+so the successful run is measured once and shared by the tests that read it, and
+a test about what a run records rather than how it is started runs forked from the
+module's warm server (a fraction of a second); ``runner`` tests each way.
 """
 
 from __future__ import annotations
@@ -213,7 +215,7 @@ def test_timeout_stops_the_script_and_what_it_started(tmp_path, runner):
     # The limit includes importing torch, which on a loaded machine can take longer than 15 s: the script must
     # have started its child for the test to mean anything, so a run that timed out first is tried once more
     # under a limit no load reaches, rather than failing for what the machine was doing.
-    for limit in (15, 90):
+    for limit in (15, 90) if not runner else (4, 60):  # forked: torch is imported already
         m = ran(run(script, time_limit_s=limit, **runner), runner)
         assert m.status == "timeout"
         assert f"limit of {limit} s" in m.message
@@ -278,8 +280,8 @@ print(whole)
 """
 
 
-def test_the_loss_of_an_optimizer_step_is_the_sum_of_its_micro_batches(tmp_path):
-    m = run(write(tmp_path, "train.py", MICRO_BATCHES))
+def test_the_loss_of_an_optimizer_step_is_the_sum_of_its_micro_batches(tmp_path, warm_server):
+    m = run(write(tmp_path, "train.py", MICRO_BATCHES), server=warm_server)
     assert m.status == "ok", (m.message, m.stderr)
     w = m.workload
     whole = float(m.stdout.splitlines()[-1])
@@ -319,8 +321,8 @@ optimizer.step()
 """
 
 
-def test_a_forward_that_raises_is_not_counted_and_leaves_later_forwards_counted(tmp_path):
-    m = run(write(tmp_path, "train.py", FAILED_FORWARD))
+def test_a_forward_that_raises_is_not_counted_and_leaves_later_forwards_counted(tmp_path, warm_server):
+    m = run(write(tmp_path, "train.py", FAILED_FORWARD), server=warm_server)
     assert m.status == "ok", (m.message, m.stderr)
     w = m.workload
     assert (w["train_forwards"], w["train_samples"]) == (2, 16)  # the two halves; not the attempt that raised
@@ -359,10 +361,10 @@ for step in range(2):
 """
 
 
-def test_blocks_recomputed_in_backward_are_not_new_samples(tmp_path):
+def test_blocks_recomputed_in_backward_are_not_new_samples(tmp_path, warm_server):
     script = write(tmp_path, "train.py", CHECKPOINTED)
     for way in ("per-block", "reentrant", "sequential"):
-        m = run(script, args=(way,))
+        m = run(script, args=(way,), server=warm_server)
         assert m.status == "ok", (m.message, m.stderr)
         # Backward recomputes checkpointed blocks; the step still trained the batch's 16 samples, once.
         assert m.workload["samples_per_step"] == [16, 16], way
@@ -410,9 +412,9 @@ optimizer.step()
 """
 
 
-def test_every_way_to_backpropagate_two_losses_gives_the_step_their_sum(tmp_path):
+def test_every_way_to_backpropagate_two_losses_gives_the_step_their_sum(tmp_path, warm_server):
     script = write(tmp_path, "train.py", TWO_LOSSES)
-    runs = {way: run(script, args=(way,)) for way in ("sum", "list", "grad", "engine")}
+    runs = {way: run(script, args=(way,), server=warm_server) for way in ("sum", "list", "grad", "engine")}
     for way, m in runs.items():
         assert m.status == "ok", (way, m.message, m.stderr)
         # The engine counts every backward, however the script reached it.
@@ -479,9 +481,9 @@ optimizer.step()
 """
 
 
-def test_a_batch_whose_backward_failed_is_not_counted_so_a_split_batch_counts_once(tmp_path):
+def test_a_batch_whose_backward_failed_is_not_counted_so_a_split_batch_counts_once(tmp_path, warm_server):
     script = write(tmp_path, "train.py", RETRIED_IN_HALVES)
-    retry, loss_fails, split = (run(script, args=(way,)) for way in ("retry", "loss-fails", "split"))
+    retry, loss_fails, split = (run(script, args=(way,), server=warm_server) for way in ("retry", "loss-fails", "split"))
     for m in (retry, loss_fails, split):
         assert m.status == "ok", (m.message, m.stderr)
         assert m.workload["samples_per_step"] == [8]
@@ -537,8 +539,8 @@ os._exit(0)
         ({"message": "no status"}, "it has no status"),
     ],
 )
-def test_a_result_the_script_wrote_in_another_form_fails_as_forged(tmp_path, forged, why):
-    m = run(write(tmp_path, "train.py", FORGE.format(result=repr(forged))))
+def test_a_result_the_script_wrote_in_another_form_fails_as_forged(tmp_path, forged, why, warm_server):
+    m = run(write(tmp_path, "train.py", FORGE.format(result=repr(forged))), server=warm_server)
     assert m.status == "forged" and why in m.message, (m.status, m.message)
     assert m.status in harness.SCRIPT_FAILURES and m.workload is None and m.stats is None
 
