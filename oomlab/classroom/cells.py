@@ -123,6 +123,7 @@ def _grade(ex_id: str) -> _Outcome:
     from oomlab.cli.render import script_failure
     from oomlab.grading.truth import source_digest
     from oomlab.grading.verdict import grade
+    from oomlab.measure.machine import refuse_without_a_driver
 
     ex = _exercise(ex_id)
     student = _student_build()  # nothing to grade against, and no reference fix to take a digest of
@@ -147,6 +148,10 @@ def _grade(ex_id: str) -> _Outcome:
         ) from None
     except OSError as err:
         raise NotGraded([f"Cannot read {script}: {err.strerror or err}.", "Make it readable and run the cell again."]) from None
+    try:  # no NVIDIA driver: say so now, not after a measuring process has imported torch to find no GPU (seconds)
+        refuse_without_a_driver(script, f"measuring {script.name}")
+    except OomLabError as err:
+        return _Outcome(text, None, _error_lines(err))
     if student:
         return _measured_only(ex, script, text)
     try:
