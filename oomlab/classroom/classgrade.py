@@ -189,7 +189,9 @@ def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[
         return 0
     if not has_nvidia_driver():  # said at once: the warm servers and the references would import torch to find no GPU
         raise instructors_error(
-            OomLabError("This machine has no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia): measuring needs an NVIDIA GPU.")
+            OomLabError(
+                "This machine has no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia): measuring needs an NVIDIA GPU."
+            )
         )
     confs = [ex.alloc_conf for ex in exercises] + [c for _, text in todo if (c := declared_alloc_conf(text)) is not None]
 
