@@ -19,30 +19,17 @@ import os
 import sys
 from pathlib import Path
 
-from oomlab.measure.machine import has_nvidia_driver
+from oomlab.measure.machine import why_no_gpu
 
 CHECKED = "OOMLAB_GPU_CHECKED"
 UNREADABLE = ".unreadable"  # the suffix an unreadable notebook is kept under
-
-
-def cannot_measure() -> str:
-    """Why this machine cannot measure a run, or "" when it can."""
-    if not has_nvidia_driver():
-        return "this machine has no NVIDIA driver"
-    try:
-        import torch
-    except ImportError:
-        return "PyTorch is not installed in nbgrader's Python"
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} sees no CUDA device"
-    return ""
 
 
 def refuse_autograde_without_a_gpu(argv: list[str]) -> None:
     """Stop ``nbgrader autograde`` (``argv`` as nbgrader got it) with the instructor's message where nothing can be measured."""
     if argv[1:2] != ["autograde"] or os.environ.get(CHECKED) == "1":
         return
-    if why := cannot_measure():
+    if why := why_no_gpu():
         raise SystemExit(
             f"oomlab: nbgrader autograde stopped before grading anyone: {why}, so every measuring cell would fail and "
             "score 0. Nothing was graded and the gradebook is as it was. Grade the class on a machine with an NVIDIA "

@@ -61,7 +61,7 @@ from oomlab.grading.verdict import grade, require_witness
 from oomlab.measure import warm
 from oomlab.measure.declared import declared_alloc_conf
 from oomlab.measure.harness import MACHINE_PROBLEMS, child_env, measure_exercise_file
-from oomlab.measure.machine import has_nvidia_driver, machine_error, parallel_runs
+from oomlab.measure.machine import has_nvidia_driver, machine_error, no_driver, parallel_runs
 
 __all__ = ["ClassReport", "Row", "grade_class", "nbgrader_env"]
 
@@ -188,11 +188,7 @@ def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[
     if not exercises:
         return 0
     if not has_nvidia_driver():  # said at once: the warm servers and the references would import torch to find no GPU
-        raise instructors_error(
-            OomLabError(
-                "This machine has no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia): measuring needs an NVIDIA GPU."
-            )
-        )
+        raise instructors_error(no_driver("measuring"))
     confs = [ex.alloc_conf for ex in exercises] + [c for _, text in todo if (c := declared_alloc_conf(text)) is not None]
 
     def one(sub: _Submission) -> None:

@@ -37,11 +37,9 @@ def pytest_configure(config):
 
 
 def cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    from oomlab.measure.machine import why_no_gpu
+
+    return not why_no_gpu()
 
 
 def pytest_collection_modifyitems(config, items):

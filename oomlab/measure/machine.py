@@ -55,6 +55,27 @@ def has_nvidia_driver() -> bool:
     return shutil.which("nvidia-smi") is not None or os.path.exists("/proc/driver/nvidia")
 
 
+def no_driver(what: str) -> OomLabError:
+    """The error of a machine with no NVIDIA driver, where ``what`` ("measuring train.py") needs a GPU."""
+    return OomLabError(
+        f"This machine has no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia): {what} needs an NVIDIA GPU.",
+        WITHOUT_A_GPU,
+    )
+
+
+def why_no_gpu() -> str:
+    """Why this machine cannot measure a run on a GPU, or "" when it can: the driver first, torch only if there is one."""
+    if not has_nvidia_driver():
+        return "this machine has no NVIDIA driver"
+    try:
+        import torch
+    except ImportError:
+        return f"PyTorch is not installed in {sys.executable}"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device"
+    return ""
+
+
 def refuse_without_a_driver(script: Path, what: str) -> None:
     """Say at once, before torch is imported (seconds), that a machine with no NVIDIA driver cannot measure ``script``.
 
@@ -70,10 +91,7 @@ def refuse_without_a_driver(script: Path, what: str) -> None:
     except (OSError, UnicodeDecodeError):
         return
     if check_syntax(script, source) is None:
-        raise OomLabError(
-            f"This machine has no NVIDIA driver (no nvidia-smi, no /proc/driver/nvidia): {what} needs an NVIDIA GPU.",
-            WITHOUT_A_GPU,
-        )
+        raise no_driver(what)
 
 
 def without_a_gpu() -> list[tuple[str, str]]:
