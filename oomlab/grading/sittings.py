@@ -66,7 +66,7 @@ def merge(
 
 def merge_verify(old: dict | None, new: dict, exercises) -> tuple[dict, list[str]]:
     """``verify.json`` from a sitting of some exercises and the rows of the last report still current."""
-    from oomlab.grading.truth import all_runs, source_digest
+    from oomlab.grading.truth import all_as_expected, all_runs, source_digest
 
     sources = {ex.id: source_digest(ex) for ex in exercises}
     merged, dropped = merge(
@@ -79,7 +79,7 @@ def merge_verify(old: dict | None, new: dict, exercises) -> tuple[dict, list[str
     )
     rows = merged["exercises"]
     merged["runs"] = sum(len(all_runs(row)) + 1 for row in rows)  # + 1: each exercise's reference
-    merged["ok"] = all(r["as_expected"] for row in rows for r in all_runs(row))
+    merged["ok"] = all_as_expected(rows)
     return merged, dropped
 
 

@@ -282,10 +282,15 @@ def verify_report(exercises, runs, refs, measured, jobs: int, fresh: bool, wall_
         "wall_s": round(wall_s, 1),
         "exercises": report_rows,
     }
-    report["ok"] = all(r["as_expected"] for row in report_rows for r in all_runs(row))
+    report["ok"] = all_as_expected(report_rows)
     return report
 
 
 def all_runs(row: dict) -> list[dict]:
     """Every run of one exercise's report row."""
     return [row["solution"], row["buggy"], *row.get("wrong_fixes", []), *row.get("alternatives", []), *row.get("cheats", [])]
+
+
+def all_as_expected(rows: list[dict]) -> bool:
+    """A report's ``ok``: every run of every exercise's row behaved as the course expects."""
+    return all(r["as_expected"] for row in rows for r in all_runs(row))
