@@ -20,18 +20,21 @@ from __future__ import annotations
 import contextlib
 import datetime
 import itertools
+import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from oomlab.course import reports
 from oomlab.course.manifest import Exercise
 from oomlab.course.originals import shipped_source
 from oomlab.course.state import StateDir, write_atomic
+from oomlab.figure_names import COMPARED
 from oomlab.grading.cheats import CHEATS, WRAPPED
 from oomlab.grading.checks import context_at_end, host_growth, script_cpu
 from oomlab.grading.reference import measure_reference
+from oomlab.grading.schedule import Task, run_longest_first
 from oomlab.grading.verdict import Report, grade
 from oomlab.measure import MEASURING_CODE, digest, warm, weights
 from oomlab.measure.declared import declared_alloc_conf
@@ -41,7 +44,7 @@ from oomlab.oom import first_line
 
 __all__ = ["Variant", "check", "fingerprint", "run_all", "source_digest", "variants", "verify"]
 
-FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries")
+FIGURES = COMPARED  # the figures a variant must repeat
 # The code whose change makes a committed report stale: the measuring, the checks, the verdict, the cheats.
 GRADING_CODE = (*MEASURING_CODE, *(Path(__file__).with_name(f) for f in ("checks.py", "verdict.py", "cheats.py")))
 
@@ -215,22 +218,61 @@ def declared_conf(variant: Variant) -> str | None:
     return declared_alloc_conf(variant.source())
 
 
+def expected_seconds(exercises) -> dict[tuple[str, str], float]:
+    """How long each run took in the committed ``verify.json``, by (exercise, run; ``reference`` for the fix).
+
+    Only an order for :func:`run_all`: a run the report lacks is expected to take as long
+    as its exercise's reference fix, or the longest run known if that is missing too.
+    """
+    seconds: dict[tuple[str, str], float] = {}
+    for root in {ex.root for ex in exercises}:
+        try:
+            report = json.loads((root / reports.VERIFY).read_text(encoding="utf-8"))
+            for row in report["exercises"]:
+                seconds[(row["id"], "reference")] = row["solution"]["wall_s"] or 0.0
+                seconds.update({(row["id"], run["name"]): run["wall_s"] or 0.0 for run in all_runs(row)})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # no report, or another shape: course order it is
+    return seconds
+
+
 def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False):
     """Measure the variants and their exercises' references, ``jobs`` at a time; ``(references, [(row, report)])``.
 
-    Every run is its own process under its own budget, so runs can go at once:
-    first each exercise's reference, then every variant against it. Runs are
-    forked from warm servers, one per allocator setting (``fresh``: each in a
-    new Python process instead, as ``equivalence.json`` compares).
+    Every run is its own process under its own budget, so runs can go at once.
+    Each exercise's reference is measured first (its variants are graded against
+    it) and its variants start as soon as it is done; among the runs that can
+    start, the longest expected goes first (:mod:`oomlab.grading.schedule`), so a
+    sitting ends near ``max(longest run, sum of runs / jobs)``. Runs are forked
+    from warm servers, one per allocator setting (``fresh``: each in a new Python
+    process instead, as ``equivalence.json`` compares).
     """
     exercises = list({v.exercise.id: v.exercise for v in runs}.values())
-    finished = itertools.count(1)  # next() on it is atomic: safe from the pool's threads
+    finished = itertools.count(1)  # next() on it is atomic: safe from the worker threads
+    expected = expected_seconds(exercises)
+    longest = max(expected.values(), default=0.0)
 
-    def counted(variant: Variant, reference: Measurement):
-        measured = check(variant, reference)
+    def counted(variant: Variant, done: dict):
+        measured = check(variant, done[variant.exercise.id])
         note(f"{next(finished)} of {len(runs)} runs measured ({variant.id})")
         return measured
 
+    def guess(ex_id: str, name: str) -> float:
+        return expected.get((ex_id, name), expected.get((ex_id, "reference"), longest))
+
+    tasks = [
+        Task(
+            ex.id,
+            lambda _, ex=ex: reference_of(ex),
+            first=True,
+            seconds=sum(guess(v.exercise.id, v.name) for v in runs if v.exercise is ex),
+        )
+        for ex in exercises
+    ]  # the references unblock everything else: those with the most work behind them first
+    tasks += [
+        Task(i, lambda done, v=v: counted(v, done), seconds=guess(v.exercise.id, v.name), after=v.exercise.id)
+        for i, v in enumerate(runs)
+    ]
     roots = {ex.root for ex in exercises}
     with contextlib.ExitStack() as stack:
         if fresh:
@@ -243,11 +285,9 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
                 servers = stack.enter_context(warm.serving(root, confs, child_env))
                 for server in servers:
                     server.wait_ready()
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, jobs)))  # threads wait on child processes
-        note(f"the reference fixes of {len(exercises)} exercises, {jobs} at a time")
-        refs = dict(zip((ex.id for ex in exercises), pool.map(reference_of, exercises), strict=True))
-        measured = list(pool.map(lambda v: counted(v, refs[v.exercise.id]), runs))
-    return refs, measured
+        note(f"{len(exercises)} reference fixes, then {len(runs)} runs, {jobs} at a time, the longest first")
+        done = run_longest_first(tasks, jobs)
+    return {ex.id: done[ex.id] for ex in exercises}, [done[i] for i in range(len(runs))]
 
 
 def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False) -> dict:

@@ -1,0 +1,69 @@
+"""The truth check's scheduler: prerequisites first, then the longest run that can start."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from oomlab.grading.schedule import Task, run_longest_first
+
+
+def recorder():
+    started: list = []
+    lock = threading.Lock()
+
+    def task(key, seconds=0.0, after=None, first=False, value=None):
+        def run(done):
+            with lock:
+                started.append(key)
+            if after is not None:
+                assert after in done, f"{key} started before {after} was done"
+            return value if value is not None else key
+
+        return Task(key, run, seconds=seconds, after=after, first=first)
+
+    return started, task
+
+
+def test_one_slot_starts_prerequisites_first_then_the_longest_that_can_start():
+    started, task = recorder()
+    tasks = [
+        task("a-ref", first=True, seconds=10),
+        task("b-ref", first=True, seconds=50),
+        task("a1", seconds=1, after="a-ref"),
+        task("a2", seconds=30, after="a-ref"),
+        task("b1", seconds=20, after="b-ref"),
+        task("loose", seconds=25),
+    ]
+    done = run_longest_first(tasks, jobs=1)
+    assert started == ["b-ref", "a-ref", "a2", "loose", "b1", "a1"]
+    assert done == {key: key for key in started}
+
+
+def test_many_slots_run_every_task_once_and_never_before_what_it_needs():
+    started, task = recorder()
+    tasks = [task(f"ref{i}", first=True, seconds=i) for i in range(5)]
+    tasks += [task((i, j), seconds=j, after=f"ref{i}") for i in range(5) for j in range(20)]
+    done = run_longest_first(tasks, jobs=4)
+    assert sorted(map(str, started)) == sorted(str(t.key) for t in tasks)
+    assert set(done) == {t.key for t in tasks}
+
+
+def test_the_first_error_stops_new_starts_and_reaches_the_caller():
+    started, task = recorder()
+
+    def broken(done):
+        raise RuntimeError("the reference fix did not run")
+
+    tasks = [Task("ref", broken, first=True), task("after-ref", after="ref"), task("other", seconds=0)]
+    with pytest.raises(RuntimeError, match="did not run"):
+        run_longest_first(tasks, jobs=1)
+    assert "after-ref" not in started and "other" not in started
+
+
+def test_a_task_waiting_for_a_key_no_task_has_is_refused_before_anything_runs():
+    started, task = recorder()
+    with pytest.raises(ValueError, match="no task has"):
+        run_longest_first([task("x"), task("y", after="nobody")], jobs=2)
+    assert started == []
