@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from oomlab.course import reports
 from oomlab.errors import OomLabError
 from oomlab.site import facts
 from oomlab.units import MIB, UNIT_BYTES
@@ -26,7 +27,7 @@ from oomlab.units import MIB, UNIT_BYTES
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "course").glob("*.md"))
 PROBES = ROOT / facts.PROBES_DIR
-FACTS_JSON = ROOT / facts.FACTS_JSON
+FACTS_JSON = ROOT / reports.FACTS
 
 
 # --------------------------------------------------------------------------- the command's plumbing
@@ -366,12 +367,12 @@ def test_the_definitional_constants_are_cited_on_the_allocator_page():
 def test_facts_json_is_not_older_than_the_probes():
     report = facts.load(FACTS_JSON)
     if report is None:
-        pytest.skip(f"no {facts.FACTS_JSON} yet: `{facts.COMMAND}` on a CUDA GPU writes it")
+        pytest.skip(f"no {reports.FACTS} yet: `{facts.COMMAND}` on a CUDA GPU writes it")
     probes = facts.find_probes(PROBES)
     stale = facts.stale_probes(report, probes)
-    assert not stale, f"{facts.FACTS_JSON} was measured with older versions of: {', '.join(stale)}; run `{facts.COMMAND}` again"
+    assert not stale, f"{reports.FACTS} was measured with older versions of: {', '.join(stale)}; run `{facts.COMMAND}` again"
     gone = sorted(set(report["sources"]) - {p.name for p in probes})
-    assert not gone, f"{facts.FACTS_JSON} still holds probes that no longer exist: {', '.join(gone)}"
+    assert not gone, f"{reports.FACTS} still holds probes that no longer exist: {', '.join(gone)}"
     assert report.get("gpu") and report.get("torch"), "facts.json does not say where it was measured"
     assert "errors" not in report
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from oomlab.course import reports
 from oomlab.site import facts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,16 +126,16 @@ def evidence_problems(markdown: str) -> list[str]:
 
 def marker_problems(markdown: str) -> list[str]:
     """(c) Every fact marker names a probe and a key whose value facts.json holds."""
-    report = facts.load(ROOT / facts.FACTS_JSON)
+    report = facts.load(ROOT / reports.FACTS)
     if report is None:
-        return [f"there is no {facts.FACTS_JSON}: `{facts.COMMAND}` on a CUDA GPU writes it"]
+        return [f"there is no {reports.FACTS}: `{facts.COMMAND}` on a CUDA GPU writes it"]
     probes = {p.name: p for p in facts.find_probes(ROOT / facts.PROBES_DIR)}
     problems = []
     for name in facts.MARKER.findall(markdown):
         try:
             value = facts.lookup(report, name, probes)
             if value is facts.NOT_MEASURED:
-                problems.append(f"{name}: its probe has no results in {facts.FACTS_JSON}")
+                problems.append(f"{name}: its probe has no results in {reports.FACTS}")
             else:
                 facts.format_value(name, value)  # raises UnknownFact for a value that is not a single figure
         except facts.UnknownFact as err:

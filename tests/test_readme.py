@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from oomlab.course import Course
+from oomlab.course import Course, reports
 from oomlab.site import facts as site_facts
 from oomlab.site import readme
 
@@ -18,7 +18,7 @@ def test_the_committed_readme_states_the_figures_the_manifests_give():
     course = Course(REPO, working_tree=True)
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert readme.BLOCK.search(text), "README.md has no written block: the GPU it needs would be typed by hand"
-    current = readme.render(text, course, site_facts.load(REPO / site_facts.FACTS_JSON))
+    current = readme.render(text, course, site_facts.load(REPO / reports.FACTS))
     assert current == text, f"README.md's figures are stale: run `{readme.COMMAND}` and commit README.md."
 
 

@@ -23,15 +23,12 @@ from rich.text import Text
 
 from oomlab.cli import console, dev_app
 from oomlab.cli.render import relpath
-from oomlab.course import Course
+from oomlab.course import Course, reports
 from oomlab.course.state import write_atomic
 from oomlab.errors import OomLabError
+from oomlab.figure_names import COMPARED, label
 from oomlab.units import in_mib
 
-VERIFY_JSON = Path("course/measurements/verify.json")
-EQUIVALENCE_JSON = Path("course/measurements/equivalence.json")
-SPEED_JSON = Path("course/measurements/speed.json")
-FIGURES_DIR = Path("course/figures")
 JOBS = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)")
 ONLY = typer.Option(
     None,
@@ -79,7 +76,7 @@ def auto_jobs(course: Course) -> int:
 
 @dev_app.command()
 def verify(
-    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the report (default: {VERIFY_JSON})"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the report (default: {reports.VERIFY})"),
     jobs: int = JOBS,
     fresh: bool = typer.Option(False, "--fresh", help="measure each run in a new Python process, not forked from a warm server"),
     only: Optional[list[str]] = ONLY,
@@ -91,7 +88,7 @@ def verify(
 
     course = Course(working_tree=True)
     chosen = [course.get(e) for e in only] if only else course.exercises
-    path = json_path or course.root / VERIFY_JSON
+    path = json_path or course.root / reports.VERIFY
     jobs = jobs or auto_jobs(course)
     with console.status(f"Verifying, {jobs} runs at a time…") as status:
         report = verify_course(chosen, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
@@ -105,10 +102,8 @@ def verify(
         "verdict",
         "expected",
         "OOM",
-        "peak alloc MiB",
-        "peak reserved MiB",
-        "non-releasable MiB",
-        "retries",
+        *(label(key, "MiB") for key in COMPARED[:3]),
+        label("retries"),
     ):
         table.add_column(col)
     for row in report["exercises"]:
@@ -156,7 +151,7 @@ def calibrate(
     with console.status("Calibrating…") as status:
         report = calibrate_course(chosen, cap, jobs, note=lambda s: status.update(f"Calibrating: {s}…"))
     table = Table(header_style="bold", title=f"under a {ceiling} ceiling", title_justify="left")
-    for col in ("exercise", "run", "status", "peak alloc MiB", "peak reserved MiB", "non-releasable MiB", "retries", "s"):
+    for col in ("exercise", "run", "status", *(label(key, "MiB") for key in COMPARED[:3]), label("retries"), "s"):
         table.add_column(col)
     for row in report:
         for r in row["runs"]:
@@ -194,7 +189,7 @@ def side_by_side(row: dict, key: str) -> str:
 
 @dev_app.command()
 def equivalence(
-    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the table (default: {EQUIVALENCE_JSON})"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the table (default: {reports.EQUIVALENCE})"),
     verify_json: Optional[Path] = typer.Option(
         None, "--verify-json", help="also write the truth check of the forked runs here (what `verify` writes)"
     ),
@@ -207,7 +202,7 @@ def equivalence(
 
     course = Course(working_tree=True)
     chosen = [course.get(e) for e in only] if only else course.exercises
-    path = json_path or course.root / EQUIVALENCE_JSON
+    path = json_path or course.root / reports.EQUIVALENCE
     jobs = jobs or auto_jobs(course)
     with console.status("Comparing…") as status:
         report, verified = compare(chosen, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
@@ -225,7 +220,7 @@ def equivalence(
             f"Wrote {relpath(verify_json, course.root)}: {'every run as expected' if verified['ok'] else 'NOT every run as expected'}"
         )
     table = Table(header_style="bold", title=f"fresh vs forked on {report['gpu']}, torch {report['torch']}", title_justify="left")
-    for col in ("exercise", "run", "verdict", "peak alloc", "peak reserved", "non-releasable", "retries", "OOM", "equal"):
+    for col in ("exercise", "run", "verdict", *(label(key) for key in COMPARED), "OOM", "equal"):
         table.add_column(col)
     for r in report["rows"]:
         table.add_row(
@@ -250,7 +245,7 @@ def equivalence(
 
 @dev_app.command()
 def figures(
-    out: Optional[Path] = typer.Option(None, help=f"where the site's pictures go (default: {FIGURES_DIR})"),
+    out: Optional[Path] = typer.Option(None, help=f"where the site's pictures go (default: {reports.FIGURES_DIR})"),
     jobs: int = JOBS,
 ) -> None:
     """Redraw the site's pictures from real runs: each exercise's tool on its seeded bug and on its reference fix."""
@@ -259,7 +254,7 @@ def figures(
     course = Course(working_tree=True)
     jobs = jobs or auto_jobs(course)
     with console.status(f"Running each exercise's tool, {jobs} at a time…") as status:
-        written = regenerate(course, out or course.root / FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs)
+        written = regenerate(course, out or course.root / reports.FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs)
     for path in written:
         console.print(f"Wrote {relpath(path, course.root)}")
 
@@ -306,7 +301,7 @@ def facts(
     if probe and json_path is None:
         console.print("Only some probes ran: nothing written (name --json to write them).")
         return
-    path = json_path or course.root / site_facts.FACTS_JSON
+    path = json_path or course.root / reports.FACTS
     site_facts.write(report, path)
     console.print(f"Wrote {relpath(path, course.root)}")
 
@@ -336,7 +331,7 @@ def bench(
     witness_exercise: Optional[list[str]] = typer.Option(
         None, "--witness-exercise", help="the exercise whose reference fix --witness runs (repeatable; default: the first three)"
     ),
-    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {SPEED_JSON})"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {reports.SPEED})"),
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
 
@@ -346,7 +341,7 @@ def bench(
     from oomlab.bench import merge
 
     course = Course(working_tree=True)
-    path = json_path or course.root / SPEED_JSON
+    path = json_path or course.root / reports.SPEED
     report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     with console.status("Benchmarking…") as status:
         for now in run_bench(

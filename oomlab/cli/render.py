@@ -11,18 +11,13 @@ from rich.text import Text
 
 from oomlab.course.manifest import Exercise
 from oomlab.course.originals import manifest_note
+from oomlab.figure_names import NAMES
 from oomlab.grading.verdict import Report, unwitnessed
 from oomlab.measure.harness import SCRIPT_FAILURES, Measurement
 from oomlab.oom import first_line
 from oomlab.units import format_bytes
 
-FIGURES = (
-    ("peak_allocated", "peak allocated", "the most memory live tensors held at once"),
-    ("peak_reserved", "peak reserved", "the most the allocator took from the GPU, cache included"),
-    ("inactive_split_peak", "non-releasable (peak)", "free bytes stranded in segments pinned by live blocks"),
-    ("retries", "cache-flush retries", "times the allocator emptied its cache to find room"),
-    ("ooms", "OOMs", "out-of-memory errors raised"),
-)
+FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "ooms")  # the figures table's rows
 
 
 def relpath(path: str | Path, root: Path) -> str:
@@ -38,10 +33,10 @@ def figures_table(m: Measurement) -> Table:
     table.add_column("value", justify="right")
     table.add_column("what it means", style="dim")
     stats = m.stats or {}
-    for key, label, meaning in FIGURES:
+    for key in FIGURES:
         value = stats.get(key)
         shown = str(value) if key in ("retries", "ooms") else format_bytes(value)
-        table.add_row(label, shown, meaning)
+        table.add_row(NAMES[key].label, shown, NAMES[key].meaning)
     budget = format_bytes(m.budget_bytes) if m.budget_bytes else "none"
     table.add_row("budget", budget, "the cap the run had (set_per_process_memory_fraction)")
     return table

@@ -41,14 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oomlab.errors import OomLabError
+from oomlab.measure.stats import ALLOCATOR_VARIABLES
 from oomlab.units import KIB, MIB, format_bytes
 
 PROBES_DIR = Path("course/probes")
-FACTS_JSON = Path("course/measurements/facts.json")
 COMMAND = "oomlab dev facts"
 VARIANT_ENV = "OOMLAB_PROBE_VARIANT"
-# Every variable an allocator reads its settings from; a probe's process gets none of them but its own.
-ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 DEFAULT_TIMEOUT_S = 120
 MARKER = re.compile(r"<!--\s*oomlab:fact\s+([\w.-]+)\s*-->")
 NOT_MEASURED = "*(not measured yet)*"
@@ -57,7 +55,6 @@ EXACT_BELOW = 64 * MIB
 
 __all__ = [
     "COMMAND",
-    "FACTS_JSON",
     "MARKER",
     "NOT_MEASURED",
     "PROBES_DIR",
@@ -143,7 +140,9 @@ def source_hash(path: Path) -> str:
 
 
 def probe_env(conf: str, variant: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ALLOC_CONF_VARS and k != VARIANT_ENV}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ALLOCATOR_VARIABLES and k != VARIANT_ENV
+    }  # a probe gets only its own settings
     if conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     if variant is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from oomlab.course import Course
+from oomlab.course import Course, reports
 from oomlab.measure.machine import CONTEXT_BYTES
 from oomlab.site import facts as site_facts
 from oomlab.units import format_bytes, in_gib
@@ -60,7 +60,7 @@ def regenerate(course: Course) -> tuple[Path, bool]:
     """Rewrite the course's README.md; whether it changed."""
     path = course.root / README
     before = path.read_text(encoding="utf-8")
-    after = render(before, course, site_facts.load(course.root / site_facts.FACTS_JSON))
+    after = render(before, course, site_facts.load(course.root / reports.FACTS))
     if after != before:
         path.write_text(after, encoding="utf-8")
     return path, after != before

@@ -48,6 +48,7 @@ from __future__ import annotations
 import linecache
 import os
 
+from oomlab.figure_names import NAMES
 from oomlab.tools.hunt.analysis import stable_name
 from oomlab.tools.snapshot.analysis import LIVE, allocation_site, site_text, state_of
 from oomlab.units import format_bytes
@@ -68,14 +69,14 @@ TOOL = "compare"
 DEFAULT_TOP = 10
 BY_TEXT, BY_LINE, BY_LABEL, ONLY_A, ONLY_B = "line text", "file and line", "label", "only in A", "only in B"
 
-# The figures set side by side: key, what the row is called, what it means, and whether it is a byte count.
+# The figures set side by side (their names and meanings: oomlab.figure_names), and whether each is a byte count.
 FIGURES = (
-    ("allocated", "allocated", "in live blocks (tensors)", True),
-    ("reserved", "reserved", "held from the GPU by the allocator", True),
-    ("non_releasable", "non-releasable", "free, in segments a live block pins (inactive split)", True),
-    ("segments", "segments", "cudaMalloc'd segments the allocator holds", False),
-    ("peak_allocated", "peak allocated", "the most that was live at once", True),
-    ("peak_reserved", "peak reserved", "the most the allocator held at once", True),
+    ("allocated", True),
+    ("reserved", True),
+    ("non_releasable", True),
+    ("segments", False),
+    ("peak_allocated", True),
+    ("peak_reserved", True),
 )
 
 
@@ -263,10 +264,20 @@ def compare(a: dict, b: dict, top: int = DEFAULT_TOP) -> dict:
     """
     notes = [f"A: {note}" for note in a.get("notes", [])] + [f"B: {note}" for note in b.get("notes", [])]
     figures = []
-    for key, name, meaning, in_bytes in FIGURES:
+    for key, in_bytes in FIGURES:
         va, vb = a["figures"].get(key), b["figures"].get(key)
         change = None if va is None or vb is None else vb - va
-        figures.append({"figure": key, "name": name, "meaning": meaning, "bytes": in_bytes, "a": va, "b": vb, "change": change})
+        figures.append(
+            {
+                "figure": key,
+                "name": NAMES[key].label,
+                "meaning": NAMES[key].meaning,
+                "bytes": in_bytes,
+                "a": va,
+                "b": vb,
+                "change": change,
+            }
+        )
     if a.get("peak_source") != b.get("peak_source") and a.get("peak_source") and b.get("peak_source"):
         notes.append(
             f"The peaks come from A's {_PEAK_SOURCES[a['peak_source']]} and B's {_PEAK_SOURCES[b['peak_source']]}: "
