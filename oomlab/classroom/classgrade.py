@@ -13,9 +13,9 @@ four steps:
 2. **Measure** the script of each exercise cell, as the grading preprocessor will
    write it, all at once, forked from warm servers (:mod:`oomlab.measure.warm`),
    and keep each measurement for the notebook to find (:mod:`oomlab.classroom.measured`);
-3. **Autograde** with nbgrader itself, one ``nbgrader autograde --student`` per
-   student, several at once. Two failures are the machine's, never the student's,
-   and their run goes again: the gradebook is SQLite, so a run that finds it locked
+3. **Autograde** with nbgrader itself, several processes at once, each grading a
+   share of the students (``nbgrader autograde`` with the others excluded). Two
+   failures are the machine's, never the student's, and their run goes again: the gradebook is SQLite, so a run that finds it locked
    goes again alone; and a kernel that did not start (jupyter_client picks a free
    TCP port and hands it to the kernel, and a kernel starting at the same moment
    may take it first) is started again. Each notebook's cells find their
@@ -35,6 +35,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -71,6 +72,11 @@ LOCKED = "database is locked"
 KERNEL_NOT_STARTED = ("Kernel didn't respond", "Kernel died before replying")
 KERNEL_TRIES = 3
 NBGRADER_FAILED = "There was an error processing assignment"
+# How nbgrader 0.9 starts each student's part of a log, and, when it has gone through them all, names each student
+# it failed for and ends with SEE_ABOVE.
+STUDENT_STARTS = re.compile(r"Creating/updating student with ID '(?P<student>[^']*)'")
+FAILED_FOR = re.compile(r"There was an error processing assignment '[^']*' for student '(?P<student>[^']*)'")
+SEE_ABOVE = "for details on the specific errors on the above failures"
 
 
 @dataclass
@@ -232,38 +238,92 @@ def _script_path(sub: _Submission) -> Path:
 
 
 def _autograde(root: Path, assignment: str, students: list[str], jobs: int, note: Callable[[str], None]) -> dict[str, str]:
-    """``nbgrader autograde`` once per student, ``jobs`` at a time; the students it failed for, each with its error."""
-    logs = StateDir(root / PINNED).path / "class" / "logs" / assignment
+    """``nbgrader autograde`` over ``students`` in ``jobs`` processes at once; the students it failed for, each with its error.
 
-    def run(student: str) -> tuple[int, str]:
-        path = logs / f"{student}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
+    Each process grades a share of the class (importing nbgrader costs a process seconds,
+    grading a notebook about one), and its log is cut into one log per student. A student
+    whose grading the machine spoiled (a kernel that did not start, a gradebook locked), or
+    whom a process never reached, is graded again in a process of its own.
+    """
+    logs = StateDir(root / PINNED).path / "class" / "logs" / assignment
+    logs.mkdir(parents=True, exist_ok=True)
+    submitted = root / "submitted"
+    everyone = set(students) | ({p.name for p in submitted.iterdir() if p.is_dir()} if submitted.is_dir() else set())
+
+    def run(group: list[str]) -> dict[str, tuple[int, str]]:
+        """Grade ``group`` in one process; each student it reached, with its exit status and its part of the log."""
+        alone = len(group) == 1 or any("," in s for s in everyone)  # nbgrader's exclude list is comma-separated
+        if alone and len(group) > 1:
+            return {k: v for s in group for k, v in run([s]).items()}
+        chosen = (
+            ["--student", group[0]]
+            if alone
+            else [
+                "--CourseDirectory.student_id=*",
+                f"--CourseDirectory.student_id_exclude={','.join(sorted(everyone - set(group)))}",
+            ]
+        )
+        path = logs / (f"{group[0]}.log" if alone else f"students-{group[0]}-and-{len(group) - 1}-more.log")
         with path.open("w", encoding="utf-8") as log:  # written as nbgrader goes, so a slow student can be followed
             code = subprocess.run(
-                [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force"],
+                [sys.executable, "-m", "nbgrader", "autograde", assignment, *chosen, "--force"],
                 cwd=root,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**nbgrader_env(), CHECKED: "1"},  # the reference fixes were measured: this machine can grade
             ).returncode
-        return code, path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if alone:
+            return {group[0]: (code, text)}
+        parts = _per_student(text, group)
+        for student, (_, part) in parts.items():
+            write_atomic(logs / f"{student}.log", part)
+        if code != 0 and parts and SEE_ABOVE not in text:
+            # nbgrader ended without its closing summary (it crashed): in the last part it reached, so that student
+            # is graded again alone, to say whose error it is; those it never reached are graded alone too
+            del parts[list(parts)[-1]]
+        return {student: (1 if failed else 0, part) for student, (failed, part) in parts.items()}
 
-    def one(student: str) -> tuple[str, tuple[int, str]]:
-        for _ in range(KERNEL_TRIES):
-            code, log = run(student)
-            if not any(s in log for s in KERNEL_NOT_STARTED):
-                break
-            note(f"a kernel did not start for {student}: grading again")
-        return student, (code, log)
+    def spoiled(log: str) -> bool:
+        return any(s in log for s in KERNEL_NOT_STARTED)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = dict(pool.map(one, students))
+    shares = [share for share in (students[i :: max(1, jobs)] for i in range(max(1, jobs))) if share]
+    results: dict[str, tuple[int, str]] = {}
+    tries = dict.fromkeys(students, 0)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        todo = shares
+        while todo:
+            for graded in pool.map(run, todo):
+                for student, result in graded.items():
+                    tries[student] += 1
+                    results[student] = result
+            again = [s for s in students if s not in results or (spoiled(results[s][1]) and tries[s] < KERNEL_TRIES)]
+            for student in again:
+                if student in results:
+                    note(f"a kernel did not start for {student}: grading again")
+            todo = [[s] for s in again]
     for student in [s for s, (_, log) in results.items() if LOCKED in log]:
         # SQLite lets one writer in at a time: a run that waited too long goes again, alone
         note(f"the gradebook was busy for {student}: grading again")
-        results[student] = one(student)[1]
+        results[student] = run([student])[student]
     return {s: _nbgrader_error(log) for s, (code, log) in sorted(results.items()) if code != 0 or NBGRADER_FAILED in log}
+
+
+def _per_student(log: str, group: list[str]) -> dict[str, tuple[bool, str]]:
+    """An nbgrader log of several students cut at each student's first line; for each student it reached, in order,
+    whether nbgrader says it failed, and its part (without the summary nbgrader writes at the end)."""
+    failed = {m["student"] for m in FAILED_FOR.finditer(log)}
+    parts: dict[str, list[str]] = {}
+    current = None
+    for line in log.splitlines(keepends=True):
+        if m := STUDENT_STARTS.search(line):
+            current = m["student"]
+        if FAILED_FOR.search(line) or SEE_ABOVE in line:
+            continue
+        if current in group:
+            parts.setdefault(current, []).append(line)
+    return {student: (student in failed, "".join(lines)) for student, lines in parts.items()}
 
 
 def _nbgrader_error(log: str) -> str:
