@@ -101,7 +101,7 @@ FOLD = re.compile(
 @pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT, working_tree=True).exercises])
 def test_exercise_page_shows_the_reference_fix_only_in_its_closed_fold(site, course, ex_id):
     from oomlab.site.compare_fold import COMPARE_FOLD
-    from oomlab.site.hooks import FIX_FOLD
+    from oomlab.site.exercise_page import FIX_FOLD
 
     ex = course.get(ex_id)
     if not ex.solution_path.is_file():
@@ -353,7 +353,7 @@ def test_the_measurements_page_shows_what_the_tools_cost_and_says_which_timings_
 
 def test_every_exercise_page_folds_what_its_fix_changed_after_the_fix(site, course):
     from oomlab.site.compare_fold import COMPARE_FOLD
-    from oomlab.site.hooks import FIX_FOLD
+    from oomlab.site.exercise_page import FIX_FOLD
 
     compares = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["compares"]
     assert sorted(compares) == sorted(ex.id for ex in course.exercises), "oomlab dev figures compares every exercise"
