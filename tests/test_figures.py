@@ -81,20 +81,34 @@ def compared() -> dict:
 def test_what_the_site_keeps_of_a_comparison_names_no_folder_of_the_machine():
     import json
 
-    from oomlab.site.figures import for_the_site
+    from oomlab.tools.compare.analysis import shareable
 
-    kept = for_the_site(compared())
+    kept = shareable(compared())
     text = json.dumps(kept)
     assert "/home/someone" not in text
     assert kept["kind"] == "shrank" and kept["shrunk"][0]["code"] == "features.append(encoder(x))"
     assert kept["holders"][0]["growth"] < 0 and kept["sides"]["b"]["ended"] == "finished"
 
 
+def test_what_the_site_keeps_of_a_comparison_is_every_part_with_the_compare_tools_own_keys():
+    """figures.json keeps the keys the compare tool lists (SHAREABLE_KEYS), each part of the result with its own."""
+    from oomlab.tools.compare.analysis import SHAREABLE_KEYS, shareable
+
+    whole = compared()
+    kept = shareable(whole, holders=1)
+    assert list(kept) == [*SHAREABLE_KEYS["result"], "sides", "figures", "grown", "shrunk", "holders"]
+    assert all(list(side) == list(SHAREABLE_KEYS["side"]) for side in kept["sides"].values())
+    assert kept["figures"] and all(list(f) == list(SHAREABLE_KEYS["figure"]) for f in kept["figures"])
+    assert kept["shrunk"] and all(list(r) == list(SHAREABLE_KEYS["site"]) for r in kept["grown"] + kept["shrunk"])
+    assert kept["holders"] and all(list(h) == list(SHAREABLE_KEYS["holder"]) for h in kept["holders"])
+    assert shareable(whole, holders=0)["holders"] == [] and len(shareable(whole)["holders"]) == len(whole["holders"])
+
+
 def test_the_compare_fold_shows_the_figures_the_lines_the_holders_and_the_picture():
     from oomlab.site.compare_fold import COMPARE_FOLD, compare_fold
-    from oomlab.site.figures import for_the_site
+    from oomlab.tools.compare.analysis import shareable
 
-    entry = {**for_the_site(compared()), "files": ["ex-compare.png"]}
+    entry = {**shareable(compared()), "files": ["ex-compare.png"]}
     md = "\n".join(compare_fold(entry, "ex", "solutions/ex/train.py", "exercises/ex.md", "NVIDIA H200, torch 2.11, 2026-12-02"))
     assert md.startswith(f'??? abstract "{COMPARE_FOLD}"')
     body = [line for line in md.split("\n")[1:] if line]

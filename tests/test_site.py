@@ -368,6 +368,17 @@ def test_every_exercise_page_folds_what_its_fix_changed_after_the_fix(site, cour
         assert "/home/" not in json.dumps(entry) and "/tmp/" not in json.dumps(entry), f"{ex.id}: a machine's path"
 
 
+def test_figures_json_keeps_of_each_comparison_what_the_compare_tool_says_may_be_shared():
+    """Each part of a comparison with the keys the compare tool lists, none missing and none more."""
+    from oomlab.tools.compare.analysis import shareable
+
+    compares = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["compares"]
+    for ex_id, entry in compares.items():
+        assert entry["exercise"] == ex_id and entry["files"], ex_id
+        kept = {k: v for k, v in entry.items() if k not in ("exercise", "files")}
+        assert kept == shareable(kept), f"{ex_id}: its comparison has other keys than the compare tool shares"
+
+
 def test_no_page_shows_a_backslash_escape_in_its_text(site):
     """An admonition title takes no escapes: ``"What does \\"Tried to allocate\\" report?"`` showed the backslashes."""
     shown = []

@@ -125,24 +125,8 @@ def comparison(ex, measured: dict, targets: dict, folder: Path, out: Path, writt
         shutil.copyfile(picture, dest)
         files.append(dest.name)
         written.append(dest)
-    return {"exercise": ex.id, **for_the_site(compared), "files": files}
-
-
-def for_the_site(compared: dict) -> dict:
-    """What a page shows of ``oomlab compare``'s result: no folder or file of the machine that ran it."""
-    return {
-        "kind": compared["kind"],
-        "headline": compared["headline"],
-        "sides": {letter: {k: side[k] for k in ("label", "ended", "headline")} for letter, side in compared["sides"].items()},
-        "figures": [{k: f[k] for k in ("figure", "name", "meaning", "bytes", "a", "b", "change")} for f in compared["figures"]],
-        **{
-            way: [{k: r[k] for k in ("site", "code", "bytes_a", "bytes_b", "growth", "matched_by")} for r in compared[way]]
-            for way in ("grown", "shrunk")
-        },
-        "holders": None
-        if compared["holders"] is None
-        else [{k: r[k] for k in ("holder", "bytes_a", "bytes_b", "growth", "path")} for r in compared["holders"][:COMPARE_TOP]],
-    }
+    # What of the result may leave this machine is the compare tool's to say: no list of its keys is kept here.
+    return {"exercise": ex.id, **compare_analysis.shareable(compared, holders=COMPARE_TOP), "files": files}
 
 
 def keep_snapshot(snapshot: Path, dest: Path) -> tuple[str | None, str | None]:
