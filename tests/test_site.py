@@ -167,6 +167,45 @@ def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
     assert snapshots, "no exercise offers its allocator snapshot"
 
 
+def test_figures_json_keeps_the_profile_tools_failed_step_as_figures_that_its_headline_says_in_words():
+    """``failure`` is the profile tool's own data, the figures its headline printed: a page reads those, not the words."""
+    from oomlab.units import format_bytes
+
+    figures = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["figures"]
+    failed = 0
+    for name, figure in figures.items():
+        assert "failure" in figure, f"{name}: figures.json without the tool's failure (regenerate with `oomlab dev figures`)"
+        failure, headline = figure["failure"], figure["headline"]
+        if figure["tool"] != "profile" or failure is None:
+            assert failure is None, f"{name}: only the profile tool records a failed step"
+            assert " more with " not in headline, f"{name}: its headline names a failed step that figures.json lacks"
+            continue
+        assert isinstance(failure["live_bytes"], int), name
+        if failure["request_bytes"] is not None:  # None where the error did not say how much it asked for
+            asked = f"asking for {format_bytes(failure['request_bytes'])} more with {format_bytes(failure['live_bytes'])} live"
+            assert asked in headline, f"{name}: its failure says {asked!r}, its headline {headline!r}"
+            failed += 1
+    assert failed, "no profiled run failed: the failed step's note is not tested"
+
+
+def test_a_profiled_bugs_page_sets_its_failed_step_against_the_budget_and_the_runs_peak(site):
+    from oomlab.units import format_bytes
+
+    figures = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["figures"]
+    shown = 0
+    for figure in figures.values():
+        if not (figure["failure"] or {}).get("request_bytes"):
+            continue
+        live, request = figure["failure"]["live_bytes"], figure["failure"]["request_bytes"]
+        text = text_of(exercise_page(site, figure["exercise"]))
+        assert (
+            f"The headline's {format_bytes(live)} is what was live in the step that failed, when it asked for "
+            f"{format_bytes(request)} more: {format_bytes(live + request)}, over the"
+        ) in text, figure["exercise"]
+        shown += 1
+    assert shown, "no page shows a failed step"
+
+
 def test_an_exercise_page_shows_the_error_before_the_script_and_folds_what_gives_the_answer_away(site, course):
     report = json.loads((ROOT / "course" / "measurements" / "verify.json").read_text(encoding="utf-8"))
     messages = {row["id"]: (row.get("buggy") or {}).get("message") for row in report["exercises"]}

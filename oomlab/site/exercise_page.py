@@ -149,7 +149,6 @@ def passes_when(name: str, params: dict, reference: dict | None, where: str) -> 
 # --------------------------------------------------------------------------- what the measurements mean
 
 _PROCESS_IN_USE = re.compile(r"this process has ([\d.]+) ([KMGT]i?B) memory in use")
-_FAILED_STEP = re.compile(r"asking for ([\d,.]+) MiB more with ([\d,.]+) MiB live")
 
 
 def process_memory_note(ex: Exercise, row: dict) -> list[str]:
@@ -198,22 +197,22 @@ def reserved_note(ex: Exercise, row: dict) -> list[str]:
 
 
 def failed_step_note(ex: Exercise, figure: dict, reports: Reports) -> list[str]:
-    """The tool's failed-step figure against the run's peak in the measurements table."""
-    m = _FAILED_STEP.search(figure.get("headline") or "")
+    """The tool's failed-step figures (the profile tool's ``failure``) against the run's peak in the measurements table."""
+    failure = figure.get("failure") or {}
+    live, request = failure.get("live_bytes"), failure.get("request_bytes")
     bug = (reports.measured(ex.id) or {}).get("buggy") or {}
-    if not m or bug.get("peak_allocated") is None:
-        return []
-    request, live = (float(g.replace(",", "")) for g in m.groups())
-    peak = bug["peak_allocated"] / MIB
+    if live is None or not request or bug.get("peak_allocated") is None:
+        return []  # the headline names no request to set against the peak
+    peak = bug["peak_allocated"]
     md = [
-        f"The headline's {m.group(2)} MiB is what was live in the step that failed, when it asked for {m.group(1)} MiB more: "
-        f"{live + request:,.1f} MiB, over the {in_mib(ex.budget_bytes)} MiB budget."
+        f"The headline's {format_bytes(live)} is what was live in the step that failed, when it asked for "
+        f"{format_bytes(request)} more: {format_bytes(live + request)}, over the {format_bytes(ex.budget_bytes)} budget."
     ]
-    if peak > live + 1:
+    if peak > live + MIB:  # over a MiB higher: an earlier moment than the failed step set the peak
         md[0] += (
-            f" The table's peak allocated for the buggy script, {peak:,.1f} MiB, is the allocator's highest figure over the "
-            "whole run (`allocated_bytes.all.peak`): an earlier moment of the run went higher than the failed step did, and "
-            "fit, because what it asked for came on top of less."
+            f" The table's peak allocated for the buggy script, {format_bytes(peak)}, is the allocator's highest figure over "
+            "the whole run (`allocated_bytes.all.peak`): an earlier moment of the run went higher than the failed step did, "
+            "and fit, because what it asked for came on top of less."
         )
     return md + [""]
 

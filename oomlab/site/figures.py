@@ -7,6 +7,22 @@ any allocator snapshot (for PyTorch's own viewer) into ``course/figures/``, with
 with ``oomlab compare`` (``compares`` in ``figures.json``, ``ID-compare.png``):
 what the fix changed, by line and by holder. Nothing in there is drawn or typed
 by hand, and no path of the machine that drew it is in there.
+
+``figures.json`` holds data, not prose to be read back: a page renders the words
+itself, sizes with :func:`oomlab.units.format_bytes`. Besides ``created``, ``gpu``
+and ``torch``:
+
+- ``figures``, one entry per exercise and side (``ID-bug``, ``ID-fix``): the
+  ``exercise``, the ``variant``, the ``tool`` (the exercise's step), its ``kind``
+  and ``headline`` (its finding, as it printed it), ``failure`` (the profile
+  tool's, where the run failed in a profiled step: ``live_bytes``, what was live
+  at the last allocation that succeeded, ``request_bytes``, what the failed one
+  asked for, and ``time_ms``; None otherwise), the run's ``wall_s``, the
+  pictures' ``files``, and ``snapshot`` (the pickle kept for PyTorch's viewer, or
+  None, with ``snapshot_left_out`` saying why);
+- ``compares``, one entry per exercise: what
+  :func:`oomlab.tools.compare.analysis.shareable` keeps of the comparison, with
+  its ``exercise`` and its picture's ``files``.
 """
 
 from __future__ import annotations
@@ -100,7 +116,9 @@ def tool_figures(ex, variant: str, measured: dict, out: Path, written: list[Path
         "variant": variant,
         "tool": tool.name,
         "kind": result.get("kind"),
-        "headline": result.get("headline"),
+        "headline": result.get("headline"),  # the finding as the tool printed it, quoted on the page
+        # The figures a page reads are the tool's own data, never read back out of the headline's words.
+        "failure": result.get("failure"),
         "wall_s": m.wall_s,
         "files": files,
         "snapshot": kept,
