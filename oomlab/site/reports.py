@@ -29,6 +29,7 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
+from oomlab.course import reports as committed
 from oomlab.course.manifest import Exercise
 from oomlab.errors import OomLabError
 from oomlab.site import facts as site_facts
@@ -51,12 +52,13 @@ __all__ = [
 
 log = logging.getLogger("mkdocs.hooks.oomlab")
 
-VERIFY_JSON = "measurements/verify.json"  # relative to docs_dir
-FIGURES_JSON = "figures/figures.json"  # relative to docs_dir; written by `oomlab dev figures`
-FACTS_JSON = "measurements/facts.json"  # relative to docs_dir; written by `oomlab dev facts`
-SPEED_JSON = "measurements/speed.json"  # relative to docs_dir; written by `oomlab dev bench`
-EQUIVALENCE_JSON = "measurements/equivalence.json"  # relative to docs_dir; written by `oomlab dev equivalence`
-PROBES = "probes"  # relative to docs_dir: the probe scripts behind facts.json
+# Where each report lives is oomlab.course.reports' to say; the pages read and link them relative to docs_dir.
+VERIFY_JSON = committed.on_site(committed.VERIFY)
+FIGURES_JSON = committed.on_site(committed.FIGURES)
+FACTS_JSON = committed.on_site(committed.FACTS)
+SPEED_JSON = committed.on_site(committed.SPEED)
+EQUIVALENCE_JSON = committed.on_site(committed.EQUIVALENCE)
+PROBES = committed.on_site(site_facts.PROBES_DIR)  # the probe scripts behind facts.json
 
 
 @dataclass(frozen=True)
