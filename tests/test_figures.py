@@ -81,20 +81,34 @@ def compared() -> dict:
 def test_what_the_site_keeps_of_a_comparison_names_no_folder_of_the_machine():
     import json
 
-    from oomlab.site.figures import for_the_site
+    from oomlab.tools.compare.analysis import shareable
 
-    kept = for_the_site(compared())
+    kept = shareable(compared())
     text = json.dumps(kept)
     assert "/home/someone" not in text
     assert kept["kind"] == "shrank" and kept["shrunk"][0]["code"] == "features.append(encoder(x))"
     assert kept["holders"][0]["growth"] < 0 and kept["sides"]["b"]["ended"] == "finished"
 
 
+def test_what_the_site_keeps_of_a_comparison_is_every_part_with_the_compare_tools_own_keys():
+    """figures.json keeps the keys the compare tool lists (SHAREABLE_KEYS), each part of the result with its own."""
+    from oomlab.tools.compare.analysis import SHAREABLE_KEYS, shareable
+
+    whole = compared()
+    kept = shareable(whole, holders=1)
+    assert list(kept) == [*SHAREABLE_KEYS["result"], "sides", "figures", "grown", "shrunk", "holders"]
+    assert all(list(side) == list(SHAREABLE_KEYS["side"]) for side in kept["sides"].values())
+    assert kept["figures"] and all(list(f) == list(SHAREABLE_KEYS["figure"]) for f in kept["figures"])
+    assert kept["shrunk"] and all(list(r) == list(SHAREABLE_KEYS["site"]) for r in kept["grown"] + kept["shrunk"])
+    assert kept["holders"] and all(list(h) == list(SHAREABLE_KEYS["holder"]) for h in kept["holders"])
+    assert shareable(whole, holders=0)["holders"] == [] and len(shareable(whole)["holders"]) == len(whole["holders"])
+
+
 def test_the_compare_fold_shows_the_figures_the_lines_the_holders_and_the_picture():
     from oomlab.site.compare_fold import COMPARE_FOLD, compare_fold
-    from oomlab.site.figures import for_the_site
+    from oomlab.tools.compare.analysis import shareable
 
-    entry = {**for_the_site(compared()), "files": ["ex-compare.png"]}
+    entry = {**shareable(compared()), "files": ["ex-compare.png"]}
     md = "\n".join(compare_fold(entry, "ex", "solutions/ex/train.py", "exercises/ex.md", "NVIDIA H200, torch 2.11, 2026-12-02"))
     assert md.startswith(f'??? abstract "{COMPARE_FOLD}"')
     body = [line for line in md.split("\n")[1:] if line]
@@ -114,6 +128,40 @@ def test_an_exercise_without_a_comparison_gets_no_fold():
     assert compare_fold(None, "ex", "solutions/ex/train.py", "exercises/ex.md", "?") == []
 
 
+# --------------------------------------------------------------------------- the failed step, from the tool's figures
+
+
+def failed_step(live: int, request: int | None, peak: int) -> str:
+    """The exercise page's note on a profiled bug's failed step, for the first profiled exercise of the course."""
+    from pathlib import Path
+
+    from oomlab.course import Course
+    from oomlab.site.exercise_page import failed_step_note
+    from oomlab.site.reports import Reports
+
+    ex = next(ex for ex in Course(Path(__file__).resolve().parents[1], working_tree=True).exercises if ex.step == "profile")
+    reports = Reports(exercises=[ex], verify={"exercises": [{"id": ex.id, "buggy": {"peak_allocated": peak}}]})
+    figure = {"tool": "profile", "headline": "words that say nothing", "failure": {"live_bytes": live, "request_bytes": request}}
+    return "\n".join(failed_step_note(ex, figure, reports))
+
+
+def test_the_failed_step_note_reads_the_tools_figures_in_any_unit_not_its_headline():
+    from oomlab.units import KIB, MIB
+
+    note = failed_step(300 * MIB, 512 * KIB, 300 * MIB)
+    assert (
+        "The headline's 300.0 MiB is what was live in the step that failed, when it asked for 512.0 KiB more: 300.5 MiB" in note
+    )
+    assert "earlier moment" not in note, "the run's peak is the failed step's"
+    assert "The table's peak allocated for the buggy script, 400.0 MiB," in failed_step(300 * MIB, 512 * KIB, 400 * MIB)
+
+
+def test_a_failed_step_without_a_request_gets_no_note():
+    from oomlab.units import MIB
+
+    assert failed_step(300 * MIB, None, 300 * MIB) == ""
+
+
 # --------------------------------------------------------------------------- the whole command, with runs faked
 
 
@@ -125,7 +173,7 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
 
     from oomlab.course import Course
     from oomlab.site import figures
-    from oomlab.units import MIB
+    from oomlab.units import KIB, MIB
 
     runs = []
 
@@ -143,6 +191,8 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
             result.update(totals={"allocated": live, "reserved": 2 * live, "non_releasable": 0, "segments": 3}, owners=owners)
         if name == "hunt":
             result["holders"] = [{"name": "global 'keep' (train.py:12)", "what": "list `keep` (global)", "bytes": live}]
+        if name == "profile" and side == "bug":
+            result["failure"] = {"time_ms": 12.5, "live_bytes": live, "request_bytes": 512 * KIB}
         return SimpleNamespace(gpu="NVIDIA H200", torch="2.11", wall_s=1.0), result
 
     class Pictures:
@@ -162,6 +212,7 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
 
     index = json.loads((out / "figures.json").read_text())
     assert set(index["figures"]) == {f"{ex.id}-{v}" for ex in course.exercises for v in ("bug", "fix")}
+    assert any(f["failure"] for f in index["figures"].values()), "no exercise is profiled: the failure is not tested"
     assert set(index["compares"]) == {ex.id for ex in course.exercises}
     for ex in course.exercises:
         wanted = {ex.step, "snapshot", "hunt"}
@@ -171,6 +222,8 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
             assert asked[ex.step] == figures.step(ex.step).figure_options
             figure = index["figures"][f"{ex.id}-{side}"]
             assert figure["tool"] == ex.step and figure["headline"] == f"{ex.step} on the {side}"
+            profiled_failure = {"time_ms": 12.5, "live_bytes": 900 * MIB, "request_bytes": 512 * KIB}
+            assert figure["failure"] == (profiled_failure if (ex.step, side) == ("profile", "bug") else None), (ex.id, side)
             assert figure["files"] == [f"{ex.id}-{side}-{ex.step}.png"] and (out / figure["files"][0]).is_file()
         compared = index["compares"][ex.id]
         assert compared["kind"] == "shrank" and compared["shrunk"][0]["growth"] == -800 * MIB

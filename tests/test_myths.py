@@ -26,7 +26,7 @@ PAGE = ROOT / "course" / "myths.md"
 COURSE = ROOT / "course"
 VERDICTS = ("Holds", "Partly", "Folklore", "Not measured here")
 UNMEASURED = "Not measured here"
-GENERATED_PAGES = {"measurements.md"}  # written at build time by oomlab/site/hooks.py, not files in course/
+GENERATED_PAGES = {"measurements.md"}  # written at build time by oomlab/site/measurements_page.py, not files in course/
 # PyTorch's source on GitHub, or its documentation (the same rule as tests/test_facts.py).
 PYTORCH = re.compile(r"^https://(github\.com/pytorch/pytorch/(blob|tree)/|pytorch\.org/docs/|docs\.pytorch\.org/)")
 

@@ -101,7 +101,7 @@ FOLD = re.compile(
 @pytest.mark.parametrize("ex_id", [ex.id for ex in Course(ROOT, working_tree=True).exercises])
 def test_exercise_page_shows_the_reference_fix_only_in_its_closed_fold(site, course, ex_id):
     from oomlab.site.compare_fold import COMPARE_FOLD
-    from oomlab.site.hooks import FIX_FOLD
+    from oomlab.site.exercise_page import FIX_FOLD
 
     ex = course.get(ex_id)
     if not ex.solution_path.is_file():
@@ -165,6 +165,45 @@ def test_figures_and_snapshots_drawn_by_the_tools_are_on_their_pages(site):
             assert f'href="../figures/{figure["snapshot"]}"' in page, "the snapshot is not linked from its page"
             assert load_snapshot(path)["segments"], f"{path.name} holds no segments"
     assert snapshots, "no exercise offers its allocator snapshot"
+
+
+def test_figures_json_keeps_the_profile_tools_failed_step_as_figures_that_its_headline_says_in_words():
+    """``failure`` is the profile tool's own data, the figures its headline printed: a page reads those, not the words."""
+    from oomlab.units import format_bytes
+
+    figures = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["figures"]
+    failed = 0
+    for name, figure in figures.items():
+        assert "failure" in figure, f"{name}: figures.json without the tool's failure (regenerate with `oomlab dev figures`)"
+        failure, headline = figure["failure"], figure["headline"]
+        if figure["tool"] != "profile" or failure is None:
+            assert failure is None, f"{name}: only the profile tool records a failed step"
+            assert " more with " not in headline, f"{name}: its headline names a failed step that figures.json lacks"
+            continue
+        assert isinstance(failure["live_bytes"], int), name
+        if failure["request_bytes"] is not None:  # None where the error did not say how much it asked for
+            asked = f"asking for {format_bytes(failure['request_bytes'])} more with {format_bytes(failure['live_bytes'])} live"
+            assert asked in headline, f"{name}: its failure says {asked!r}, its headline {headline!r}"
+            failed += 1
+    assert failed, "no profiled run failed: the failed step's note is not tested"
+
+
+def test_a_profiled_bugs_page_sets_its_failed_step_against_the_budget_and_the_runs_peak(site):
+    from oomlab.units import format_bytes
+
+    figures = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["figures"]
+    shown = 0
+    for figure in figures.values():
+        if not (figure["failure"] or {}).get("request_bytes"):
+            continue
+        live, request = figure["failure"]["live_bytes"], figure["failure"]["request_bytes"]
+        text = text_of(exercise_page(site, figure["exercise"]))
+        assert (
+            f"The headline's {format_bytes(live)} is what was live in the step that failed, when it asked for "
+            f"{format_bytes(request)} more: {format_bytes(live + request)}, over the"
+        ) in text, figure["exercise"]
+        shown += 1
+    assert shown, "no page shows a failed step"
 
 
 def test_an_exercise_page_shows_the_error_before_the_script_and_folds_what_gives_the_answer_away(site, course):
@@ -353,7 +392,7 @@ def test_the_measurements_page_shows_what_the_tools_cost_and_says_which_timings_
 
 def test_every_exercise_page_folds_what_its_fix_changed_after_the_fix(site, course):
     from oomlab.site.compare_fold import COMPARE_FOLD
-    from oomlab.site.hooks import FIX_FOLD
+    from oomlab.site.exercise_page import FIX_FOLD
 
     compares = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["compares"]
     assert sorted(compares) == sorted(ex.id for ex in course.exercises), "oomlab dev figures compares every exercise"
@@ -366,6 +405,17 @@ def test_every_exercise_page_folds_what_its_fix_changed_after_the_fix(site, cour
         for name in entry["files"]:
             assert (site / "figures" / name).is_file() and f'src="../figures/{name}"' in page, name
         assert "/home/" not in json.dumps(entry) and "/tmp/" not in json.dumps(entry), f"{ex.id}: a machine's path"
+
+
+def test_figures_json_keeps_of_each_comparison_what_the_compare_tool_says_may_be_shared():
+    """Each part of a comparison with the keys the compare tool lists, none missing and none more."""
+    from oomlab.tools.compare.analysis import shareable
+
+    compares = json.loads((ROOT / "course" / "figures" / "figures.json").read_text(encoding="utf-8"))["compares"]
+    for ex_id, entry in compares.items():
+        assert entry["exercise"] == ex_id and entry["files"], ex_id
+        kept = {k: v for k, v in entry.items() if k not in ("exercise", "files")}
+        assert kept == shareable(kept), f"{ex_id}: its comparison has other keys than the compare tool shares"
 
 
 def test_no_page_shows_a_backslash_escape_in_its_text(site):

@@ -21,8 +21,8 @@ documentation. This module is the first kind for everything that is not an exerc
   (a probe with variants has ``facts[probe][variant]``);
 - in a page, ``<!-- oomlab:fact probe.key.subkey -->`` becomes that value, formatted by its
   key's suffix (:func:`format_value`: ``_bytes`` as a size, ``_fraction`` as a percentage);
-  :func:`render` does it for the mkdocs hooks, and raises :class:`UnknownFact` for a probe
-  that does not exist or a key its results do not have.
+  :func:`render` does it for the site's markers (:mod:`oomlab.site.markers`), and raises
+  :class:`UnknownFact` for a probe that does not exist or a key its results do not have.
 """
 
 from __future__ import annotations

@@ -7,6 +7,22 @@ any allocator snapshot (for PyTorch's own viewer) into ``course/figures/``, with
 with ``oomlab compare`` (``compares`` in ``figures.json``, ``ID-compare.png``):
 what the fix changed, by line and by holder. Nothing in there is drawn or typed
 by hand, and no path of the machine that drew it is in there.
+
+``figures.json`` holds data, not prose to be read back: a page renders the words
+itself, sizes with :func:`oomlab.units.format_bytes`. Besides ``created``, ``gpu``
+and ``torch``:
+
+- ``figures``, one entry per exercise and side (``ID-bug``, ``ID-fix``): the
+  ``exercise``, the ``variant``, the ``tool`` (the exercise's step), its ``kind``
+  and ``headline`` (its finding, as it printed it), ``failure`` (the profile
+  tool's, where the run failed in a profiled step: ``live_bytes``, what was live
+  at the last allocation that succeeded, ``request_bytes``, what the failed one
+  asked for, and ``time_ms``; None otherwise), the run's ``wall_s``, the
+  pictures' ``files``, and ``snapshot`` (the pickle kept for PyTorch's viewer, or
+  None, with ``snapshot_left_out`` saying why);
+- ``compares``, one entry per exercise: what
+  :func:`oomlab.tools.compare.analysis.shareable` keeps of the comparison, with
+  its ``exercise`` and its picture's ``files``.
 """
 
 from __future__ import annotations
@@ -100,7 +116,9 @@ def tool_figures(ex, variant: str, measured: dict, out: Path, written: list[Path
         "variant": variant,
         "tool": tool.name,
         "kind": result.get("kind"),
-        "headline": result.get("headline"),
+        "headline": result.get("headline"),  # the finding as the tool printed it, quoted on the page
+        # The figures a page reads are the tool's own data, never read back out of the headline's words.
+        "failure": result.get("failure"),
         "wall_s": m.wall_s,
         "files": files,
         "snapshot": kept,
@@ -125,24 +143,8 @@ def comparison(ex, measured: dict, targets: dict, folder: Path, out: Path, writt
         shutil.copyfile(picture, dest)
         files.append(dest.name)
         written.append(dest)
-    return {"exercise": ex.id, **for_the_site(compared), "files": files}
-
-
-def for_the_site(compared: dict) -> dict:
-    """What a page shows of ``oomlab compare``'s result: no folder or file of the machine that ran it."""
-    return {
-        "kind": compared["kind"],
-        "headline": compared["headline"],
-        "sides": {letter: {k: side[k] for k in ("label", "ended", "headline")} for letter, side in compared["sides"].items()},
-        "figures": [{k: f[k] for k in ("figure", "name", "meaning", "bytes", "a", "b", "change")} for f in compared["figures"]],
-        **{
-            way: [{k: r[k] for k in ("site", "code", "bytes_a", "bytes_b", "growth", "matched_by")} for r in compared[way]]
-            for way in ("grown", "shrunk")
-        },
-        "holders": None
-        if compared["holders"] is None
-        else [{k: r[k] for k in ("holder", "bytes_a", "bytes_b", "growth", "path")} for r in compared["holders"][:COMPARE_TOP]],
-    }
+    # What of the result may leave this machine is the compare tool's to say: no list of its keys is kept here.
+    return {"exercise": ex.id, **compare_analysis.shareable(compared, holders=COMPARE_TOP), "files": files}
 
 
 def keep_snapshot(snapshot: Path, dest: Path) -> tuple[str | None, str | None]:

@@ -1,10 +1,13 @@
-"""The Markdown helpers every generated page needs: a relative link, a picture, plain text escaped, a table cell, a fold's body."""
+"""The Markdown helpers every generated page needs: its front matter, a relative link, a picture, plain text escaped, a table cell, a fold's body."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["cell", "escaped", "indented", "link_from", "picture"]
+__all__ = ["FRONT_MATTER", "cell", "escaped", "indented", "link_from", "picture"]
+
+# Wide tables need the room: the generated pages go without the right-hand table of contents.
+FRONT_MATTER = "---\nhide:\n  - toc\n---\n\n"
 
 _SPECIAL = re.compile(r"([\\`*_\[\]])")
 

@@ -55,12 +55,14 @@ from oomlab.units import format_bytes
 
 __all__ = [
     "FIGURES",
+    "SHAREABLE_KEYS",
     "TOOL",
     "compare",
     "figures_of",
     "live_sites",
     "match_holders",
     "match_sites",
+    "shareable",
     "signed_bytes",
     "site_change",
 ]
@@ -78,6 +80,18 @@ FIGURES = (
     ("peak_allocated", True),
     ("peak_reserved", True),
 )
+
+
+# What of a result a report that leaves this machine keeps (the course site's figures.json does): the keys of each
+# part, none of them a folder or an absolute file of the machine that ran it. They live here, beside the result they
+# are keys of, so that a key renamed in the result is renamed in what is shared, and nobody keeps a copy of the list.
+SHAREABLE_KEYS = {
+    "result": ("kind", "headline"),
+    "side": ("label", "ended", "headline"),
+    "figure": ("figure", "name", "meaning", "bytes", "a", "b", "change"),
+    "site": ("site", "code", "bytes_a", "bytes_b", "growth", "matched_by"),
+    "holder": ("holder", "bytes_a", "bytes_b", "growth", "path"),
+}
 
 
 def signed_bytes(n: int | None) -> str:
@@ -323,6 +337,25 @@ def compare(a: dict, b: dict, top: int = DEFAULT_TOP) -> dict:
 
 
 _PEAK_SOURCES = {"allocator": "allocator counters", "history": "recorded history"}
+
+
+def shareable(result: dict, holders: int | None = None) -> dict:
+    """What of :func:`compare`'s result may leave the machine that ran it: the parts of :data:`SHAREABLE_KEYS`.
+
+    Each side keeps its label, how it ended and its headline, not the folder it was read from; each site
+    its label and line of code, not its absolute file. ``holders`` keeps only the first that many holders
+    (the most grown), all of them when None.
+    """
+    keys = SHAREABLE_KEYS
+    return {
+        **{k: result[k] for k in keys["result"]},
+        "sides": {letter: {k: side[k] for k in keys["side"]} for letter, side in result["sides"].items()},
+        "figures": [{k: f[k] for k in keys["figure"]} for f in result["figures"]],
+        **{way: [{k: r[k] for k in keys["site"]} for r in result[way]] for way in ("grown", "shrunk")},
+        "holders": None
+        if result["holders"] is None
+        else [{k: r[k] for k in keys["holder"]} for r in result["holders"][:holders]],
+    }
 
 
 def _side_summary(side: dict) -> dict:

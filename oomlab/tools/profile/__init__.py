@@ -12,7 +12,12 @@ shapes and Python stacks recorded, and writes ``profile.json``:
 - the peak: when it happened, how many bytes of each category were live, the
   operator whose allocation made it, the learner's line that called it, and
   the bytes live at that moment grouped by the line that allocated them (the
-  culprit is the peak's own line unless another line holds far more).
+  culprit is the peak's own line unless another line holds far more);
+- when the run failed in a profiled step, the ``failure``: when (``time_ms``),
+  the bytes live at the last allocation that succeeded (``live_bytes``) and
+  those the failed one asked for (``request_bytes``, None when the error did
+  not say). The headline says them in words; whoever needs the figures reads
+  them here, not out of the headline.
 
 A peak made of bytes that are freed again before the optimizer step ends is a
 ``"transient-peak"`` (a temporary too large: fix the line); a peak that stays

@@ -1,0 +1,548 @@
+"""The page of one exercise, ``exercises/<id>.md``, generated from its manifest, its scripts and the reports.
+
+In the order a learner needs it: the exercise (budget, allocator settings, the file to edit),
+the error the shipped script ends with, the commands, the script itself, what the grader checks
+(each threshold in words, computed by the grader's own check: :func:`passes_when`), the hints,
+what the step's tool showed on the bug and on the fix (``figures.json``), the reference fix
+folded away with what it changed (:mod:`oomlab.site.compare_fold`), the measured runs
+(``verify.json``), the tempting fixes that fail, the other fixes that pass, and the interview
+question. The manifest's text is shown as written; every figure comes from a report, passed in
+as :class:`~oomlab.site.reports.Reports`, so none is typed here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from mkdocs.exceptions import PluginError
+
+from oomlab.course.manifest import Exercise
+from oomlab.site import facts as site_facts
+from oomlab.site.charts import peaks_chart
+from oomlab.site.compare_fold import compare_fold
+from oomlab.site.markdown import FRONT_MATTER, cell, escaped, indented, link_from, picture
+from oomlab.site.measured_runs import RUN_HEADER, budget, expectation_notes, run_row, runs, staleness, upper_first
+from oomlab.site.module_pages import page_uri, step_tag
+from oomlab.site.oom_message import learner_view
+from oomlab.site.reports import PROBES, VERIFY_JSON, Reports, drawn_on, measured_date, measured_on
+from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib
+
+__all__ = ["FIX_FOLD", "exercise_page", "passes_when", "recorded_error"]
+
+PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
+
+# --------------------------------------------------------------------------- formatting
+
+_CODE_LIKE = re.compile(
+    r"\.?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\((?:[^()]|\([^()]*\))*\)"  # calls: f(x), a.b(c=[1, 2])
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"  # dotted names: torch.empty
+    r"|[A-Za-z]\w*_\w+"  # snake_case names: self_cuda_memory_usage
+)
+_NOT_CODE = {"e.g", "i.e"}
+
+
+def prose(text: str) -> str:
+    """Plain manifest text as Markdown: code-like words as inline code, the rest escaped.
+
+    Text that already uses backticks is taken to be Markdown and left alone.
+    """
+    text = " ".join(text.split())
+    if "`" in text:
+        return text
+    out, last = [], 0
+    for m in _CODE_LIKE.finditer(text):
+        if m.group(0).lower() in _NOT_CODE:
+            continue
+        out.append(escaped(text[last : m.start()]))
+        out.append(f"`{m.group(0)}`")
+        last = m.end()
+    out.append(escaped(text[last:]))
+    return "".join(out)
+
+
+def fence(code: str, info: str) -> str:
+    """A fenced block that the code itself cannot close."""
+    longest = max((len(m) for m in re.findall(r"`{3,}", code)), default=2)
+    ticks = "`" * (longest + 1)
+    return f"{ticks} {info}\n{code.rstrip()}\n{ticks}"
+
+
+def edit_diff(edit) -> str:
+    """A wrong fix's edit as the lines it removes and adds, with the unchanged ones as context."""
+    old, new = edit.find.rstrip("\n").split("\n"), edit.replace.rstrip("\n").split("\n")
+    lines = difflib.unified_diff(old, new, lineterm="", n=max(len(old), len(new)))
+    return "\n".join(line for line in lines if not line.startswith(("---", "+++", "@@")))
+
+
+# --------------------------------------------------------------------------- facts.json
+
+
+def fact(name: str, reports: Reports) -> str:
+    """One measured fact as a page shows it (for the generated pages; hand-written ones use the marker)."""
+    try:
+        value = site_facts.lookup(reports.facts, name, reports.probes)
+    except site_facts.UnknownFact as err:
+        raise PluginError(f"oomlab/site/exercise_page.py: {err}") from None
+    return value if value is site_facts.NOT_MEASURED else site_facts.format_value(name, value)
+
+
+# --------------------------------------------------------------------------- what a check's threshold is
+
+
+def _as_measurement(stats: dict):
+    from oomlab.measure.harness import Measurement
+
+    return Measurement(script="", status="ok", stats=stats)
+
+
+def _largest_passing(check, stat: str, base: int, params: dict) -> int:
+    """The largest figure the grader's own check passes, against a reference of ``base``: its limit."""
+    ref = _as_measurement({stat: base})
+    passes = lambda v: check.evaluate(_as_measurement({stat: v}), ref, params).passed  # noqa: E731
+    lo, hi = base, max(2 * base, base + 1)
+    while passes(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
+
+
+def passes_when(name: str, params: dict, reference: dict | None, where: str) -> str:
+    """What a check's thresholds mean, in words, computed by the grader's own code from the manifest's values."""
+    from oomlab.grading.checks import CHECKS, RelativeBytes, Retries, SameResults
+
+    check = CHECKS[name]
+    if isinstance(check, RelativeBytes):
+        # The relative and the absolute allowance, as the check computes them: on a huge and on a one-byte reference.
+        huge = 1 << 40
+        tolerance = _largest_passing(check, check.stat, huge, params) / huge - 1
+        slack = _largest_passing(check, check.stat, 1, params) - 1
+        text = f"at most the reference fix's `{check.stat}` plus {tolerance:.0%}"
+        if slack > tolerance:
+            text += f", or plus {format_bytes(slack)} where that is more"
+        text += (
+            f": the limit is max(reference × {1 + tolerance:g}, reference + {format_bytes(slack)})" if slack > tolerance else ""
+        )
+        base = (reference or {}).get(check.stat)
+        if base is not None:
+            limit = _largest_passing(check, check.stat, base, params)
+            text += f". With the reference's {format_bytes(base)} on {where}: at most {format_bytes(limit)}"
+        return text
+    if isinstance(check, Retries):
+        limit = next(n for n in range(1000) if not check.evaluate(_as_measurement({"retries": n + 1}), None, params).passed)
+        return (
+            "no cache-flush retry (`num_alloc_retries` is 0)"
+            if limit == 0
+            else f"at most {limit} cache-flush retries (`num_alloc_retries`)"
+        )
+    if isinstance(check, SameResults):
+        given = ", ".join(f"`{k} = {v}`" for k, v in params.items())
+        return (
+            "every step's loss, and the final weights' sum and norm, within `atol + rtol × abs(reference)` of the "
+            "reference fix's (the rule of `numpy.isclose`)" + (f", with {given}" if given else "")
+        )
+    return ""
+
+
+# --------------------------------------------------------------------------- what the measurements mean
+
+_PROCESS_IN_USE = re.compile(r"this process has ([\d.]+) ([KMGT]i?B) memory in use")
+
+
+def process_memory_note(ex: Exercise, row: dict) -> list[str]:
+    """What the driver counted for the failed process against what the allocator reserved: memory outside the budget."""
+    for label, run in runs(row):
+        m = _PROCESS_IN_USE.search(run.get("message") or "")
+        if not m or run.get("peak_reserved") is None:
+            continue
+        kind, _, name = label.partition(": ")
+        label = f"the {kind} `{name}`" if name else f"the {label}"
+        in_use = round(float(m.group(1)) * UNIT_BYTES[m.group(2).lower()])
+        outside = in_use - run["peak_reserved"]
+        if outside <= 0:
+            return []
+        return [
+            f"When {label} failed, its message says the driver counted {m.group(1)} {m.group(2)} in use by the process "
+            f"(*Including non-PyTorch memory, this process has ...*), while the allocator never reserved more than "
+            f"{format_bytes(run['peak_reserved'])}: at least about {format_bytes(outside)} of the process's memory was outside "
+            f"PyTorch's allocator, and so outside the {format_bytes(ex.budget_bytes)} budget, which caps only the allocator "
+            f"([`set_per_process_memory_fraction`]({PYTORCH_SOURCE}c10/cuda/CUDACachingAllocator.cpp)). A GPU needs that "
+            "much free on top of the budget to measure this exercise.",
+            "",
+        ]
+    return []
+
+
+def reserved_note(ex: Exercise, row: dict) -> list[str]:
+    """Why the fix can reserve as much as the bug: reserved memory counts the allocator's cache."""
+    bug, fix = row.get("buggy") or {}, row.get("solution") or {}
+    keys = ("peak_allocated", "peak_reserved")
+    if any(r.get(k) is None for r in (bug, fix) for k in keys):
+        return []
+    if not (fix["peak_allocated"] < bug["peak_allocated"] and fix["peak_reserved"] >= 0.98 * bug["peak_reserved"]):
+        return []
+    same = "the same" if fix["peak_reserved"] == bug["peak_reserved"] else "about as much"
+    return [
+        f"The reference fix lowers peak allocated memory ({in_mib(bug['peak_allocated'])} to {in_mib(fix['peak_allocated'])} MiB) "
+        f"but reserves {same} ({in_mib(fix['peak_reserved'])} MiB, against the bug's {in_mib(bug['peak_reserved'])} MiB). "
+        "Reserved memory is every segment the allocator holds, cached free ones included, and it can never exceed the "
+        f"budget ({in_mib(ex.budget_bytes, 0)} MiB here): with the default settings the allocator keeps the segments that "
+        "freed tensors leave and returns them to the driver only when a request cannot be served otherwise (a retry) or on "
+        f"`empty_cache()` ([source]({PYTORCH_SOURCE}c10/cuda/CUDACachingAllocator.cpp)). What live tensors need at the worst "
+        "moment is peak allocated, and that is what this exercise grades.",
+        "",
+    ]
+
+
+def failed_step_note(ex: Exercise, figure: dict, reports: Reports) -> list[str]:
+    """The tool's failed-step figures (the profile tool's ``failure``) against the run's peak in the measurements table."""
+    failure = figure.get("failure") or {}
+    live, request = failure.get("live_bytes"), failure.get("request_bytes")
+    bug = (reports.measured(ex.id) or {}).get("buggy") or {}
+    if live is None or not request or bug.get("peak_allocated") is None:
+        return []  # the headline names no request to set against the peak
+    peak = bug["peak_allocated"]
+    md = [
+        f"The headline's {format_bytes(live)} is what was live in the step that failed, when it asked for "
+        f"{format_bytes(request)} more: {format_bytes(live + request)}, over the {format_bytes(ex.budget_bytes)} budget."
+    ]
+    if peak > live + MIB:  # over a MiB higher: an earlier moment than the failed step set the peak
+        md[0] += (
+            f" The table's peak allocated for the buggy script, {format_bytes(peak)}, is the allocator's highest figure over "
+            "the whole run (`allocated_bytes.all.peak`): an earlier moment of the run went higher than the failed step did, "
+            "and fit, because what it asked for came on top of less."
+        )
+    return md + [""]
+
+
+def probes_measured(page_src_uri: str, reports: Reports, *probes: str) -> str:
+    """Where a generated page's measured facts come from, in a few words."""
+    links = " and ".join(f"[`{p}.py`]({link_from(page_src_uri, f'{PROBES}/{p}.py')})" for p in probes)
+    report = reports.facts
+    if report is None:
+        return f"the probes {links}, which `{site_facts.COMMAND}` runs on a CUDA GPU, have not run yet"
+    return f"measured by the probes {links}, run by `{site_facts.COMMAND}` on {report.get('gpu') or '?'}, torch {report.get('torch') or '?'}"
+
+
+def profile_legend(page_src_uri: str, reports: Reports) -> list[str]:
+    """What the profile chart's categories are, with the measured figures behind the "kept" band."""
+    source = f"{PYTORCH_SOURCE}aten/src/ATen/cuda/CublasHandlePool.cpp"
+    return [
+        "**Reading the chart.** Each band is memory by what the tensor is for. The profiler's memory model "
+        f"([`torch/profiler/_memory_profiler.py`]({PYTORCH_SOURCE}torch/profiler/_memory_profiler.py)) sorts tensors into "
+        "parameters, gradients, optimizer state, activations, temporaries, inputs and autograd detail where it can; in a "
+        "probe it named "
+        f"{fact('profiler_memory_model.forward.named_fraction', reports)} of the bytes allocated on the GPU in forward passes, "
+        "so the tool names the rest by when each tensor lived: *activations* live from the forward pass into backward, "
+        "*temporaries* are freed before backward, *autograd detail* is made by backward, and *kept past its step* is "
+        "still live after the step that made it. With nothing leaking, that last band is library memory that lives as "
+        "long as the process: the cuBLAS workspaces, which PyTorch's allocator hands to cuBLAS per thread and stream "
+        f"the first time it multiplies matrices there, and keeps ([source]({source})). Backward runs on autograd's own "
+        "thread, so a training step has two. Measured: "
+        f"{fact('cublas_workspace.first_matmul_bytes', reports)} at the first matrix product, "
+        f"{fact('cublas_workspace.first_backward_bytes', reports)} more at the first backward ("
+        f"{probes_measured(page_src_uri, reports, 'profiler_memory_model', 'cublas_workspace')}).",
+        "",
+    ]
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
+    """The whole page of exercise ``number`` of ``total``, as Markdown."""
+    from oomlab.grading.checks import ALWAYS, CHECKS
+
+    uri = page_uri(ex)
+    script = ex.learner_path
+    if not script.is_file():
+        raise PluginError(f"{ex.manifest_path}: its script {script} does not exist.")
+    rel_script = script.relative_to(ex.root).as_posix()
+    alloc = f"`PYTORCH_CUDA_ALLOC_CONF={ex.alloc_conf}`" if ex.alloc_conf else "the defaults (no `PYTORCH_CUDA_ALLOC_CONF`)"
+
+    md = [
+        f"# {ex.title}",
+        "",
+        f"Exercise {number} of {total}. Workflow step: {step_tag(uri, ex)}.",
+        "",
+        prose(ex.summary),
+        "",
+        "| Exercise | |",
+        "|---|---|",
+        f"| Memory budget | {budget(ex)} |",
+        f"| Allocator settings | {alloc} |",
+        f"| Time limit | {ex.time_limit_s:g} s |",
+        f"| The file you edit | `{rel_script}` |",
+        "",
+        *error_section(ex, reports),
+        "## Run it",
+        "",
+        fence(
+            f"oomlab run {ex.id}     # run it under the budget\n"
+            f"oomlab check {ex.id}   # grade it: the checks below\n"
+            f"oomlab hint {ex.id}    # the next hint",
+            "bash",
+        ),
+        "",
+        f"## The script: `{rel_script}`",
+        "",
+        "As shipped. Fix it in place, without changing what it computes: the grader compares "
+        "your run with a reference fix on the same GPU.",
+        "",
+        fence(script.read_text(encoding="utf-8"), f'python linenums="1" title="{rel_script}"'),
+        "",
+        "## What the grader checks",
+        "",
+        "Thresholds are relative to the reference fix measured on the same GPU and torch version; *passes when* is "
+        "computed by the grader's own check from the settings in `exercise.toml`"
+        + (
+            f", with the reference's figures from `oomlab dev verify` on {measured_on(reports.verify)}."
+            if reports.measured(ex.id)
+            else "."
+        ),
+        "",
+        "| Check | Settings | Passes when | Why |",
+        "|---|---|---|---|",
+    ]
+    row = reports.measured(ex.id)
+    reference = (row or {}).get("solution")
+    where = measured_on(reports.verify) if row else ""
+    for name in [*ALWAYS, *(n for n in ex.checks if n not in ALWAYS)]:
+        given = ex.checks.get(name, {})
+        params = ", ".join(f"{k} = {v}" for k, v in given.items()) or "-"
+        symptom = " (the seeded bug fails this one)" if name == ex.symptom else ""
+        rule = passes_when(name, given, reference, where) or "-"
+        md.append(f"| `{name}`{symptom} | {cell(params)} | {cell(rule)} | {cell(CHECKS[name].why)} |")
+
+    md += [
+        "",
+        "## Hints",
+        "",
+        f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.",
+        "",
+    ]
+    for i, hint in enumerate(ex.hints, 1):
+        md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
+
+    # In the order a learner needs them: what the tool finds, then the fix, then the measurements that compare them.
+    md += figure_section(ex, reports)
+    md += fix_section(ex, reports)
+    md += measurement_section(ex, reports)
+    md += wrong_fix_section(ex, reports)
+    md += alternatives_section(ex, reports)
+    md += interview_section(ex)
+    return FRONT_MATTER + "\n".join(md) + "\n"
+
+
+FIX_FOLD = "The reference fix, as a change of the script above"
+
+
+def script_diff(ex: Exercise) -> str:
+    """The reference fix as a unified diff of the shipped script, with line numbers of both in its hunk headers."""
+    old = ex.learner_path.read_text(encoding="utf-8").splitlines()
+    new = ex.solution_path.read_text(encoding="utf-8").splitlines()
+    name = ex.learner_path.relative_to(ex.root).as_posix()
+    fixed = ex.solution_path.relative_to(ex.root).as_posix() if ex.solution_path.is_relative_to(ex.root) else name
+    return "\n".join(difflib.unified_diff(old, new, name, fixed, lineterm="", n=3))
+
+
+def fix_section(ex: Exercise, reports: Reports) -> list[str]:
+    """The reference fix, folded: a diff whose comments say why each changed line is there."""
+    if not ex.solution_path.is_file():
+        return []
+    return [
+        "## The fix",
+        "",
+        "Open it once your own fix passes, or when the hints and the tool have not got you there. The comments at the "
+        f"changed lines say why. In the terminal, `oomlab solution {ex.id}` shows it once your version passes.",
+        "",
+        f'??? success "{FIX_FOLD}"',
+        "",
+        *indented(fence(script_diff(ex), "diff")),
+        "",
+        *compare_fold(
+            reports.figures.get("compares", {}).get(ex.id),
+            ex.id,
+            ex.solution_path.relative_to(ex.root).as_posix(),
+            page_uri(ex),
+            drawn_on(reports.figures),
+        ),
+    ]
+
+
+def measurement_section(ex: Exercise, reports: Reports) -> list[str]:
+    report, row = reports.verify, reports.measured(ex.id)
+    uri = page_uri(ex)
+    if row is None:
+        why = reports.verify_problem or f"course/{VERIFY_JSON} has no entry for `{ex.id}` yet."
+        return [
+            "## Measured",
+            "",
+            '!!! info "Not measured yet"',
+            "",
+            f"    {why} `oomlab dev verify` on a CUDA GPU measures the buggy script, the reference fix, each wrong fix and each generic cheat.",
+            "",
+        ]
+    md = [
+        f"## Measured on {measured_on(report)}",
+        "",
+        f"From `oomlab dev verify`, {measured_date(report)}, CUDA {report.get('cuda') or '?'}; "
+        f"[all exercises]({link_from(uri, 'measurements.md')}). "
+        "Peaks in MiB; *non-releasable* is the peak of `inactive_split_bytes`, free memory inside segments "
+        "that a live block pins; *retries* counts the times the allocator freed its cache and tried again. "
+        "A run that ran out of memory has the peaks it reached up to the failed allocation.",
+        "",
+    ]
+    for problem in staleness(ex, row):
+        md += [
+            '!!! warning "Measured on an older version of this exercise"',
+            "",
+            f"    {upper_first(problem)}: run `oomlab dev verify` again.",
+            "",
+        ]
+    chart = peaks_chart(runs(row), ex.budget_bytes)
+    if chart:
+        md += [
+            chart,
+            "",
+            "Each run's peak allocated memory (live tensors, dark) inside its peak reserved memory (the allocator's "
+            "cache, light), against the budget (dashed).",
+            "",
+        ]
+    md += [RUN_HEADER, *(run_row(label, run) for label, run in runs(row)), ""]
+    for note in expectation_notes(row):
+        md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
+
+    md += process_memory_note(ex, row)
+    md += reserved_note(ex, row)
+    return md
+
+
+def recorded_error(buggy: dict, reports: Reports) -> list[str]:
+    """A recorded OOM message as a learner running alone meets it, and a note on what was left out."""
+    shown, others = learner_view(buggy["message"])
+    # One long line, as a terminal shows it: the page's style sheet wraps it at the column's width, whatever that is.
+    md = [fence(shown, "{ .text .oomlab-message }"), ""]
+    if others:
+        jobs = (reports.verify or {}).get("jobs")
+        md += [
+            f"Left out: the lines of {others} other process(es), the runs that `oomlab dev verify` measured beside it"
+            + (f", {jobs} at a time" if jobs else "")
+            + ". Run alone, the driver names only yours (*Including non-PyTorch memory, this process has …*), and *of "
+            "which … is free* no longer counts what they held.",
+            "",
+        ]
+    return md
+
+
+def error_section(ex: Exercise, reports: Reports) -> list[str]:
+    """The error the shipped script ends with on the GPU, as the learner meets it: the page's first clue."""
+    buggy = (reports.measured(ex.id) or {}).get("buggy") or {}
+    if not buggy.get("message"):
+        return []
+    where = f" at `{buggy['where']}`" if buggy.get("where") else ""
+    return [
+        "## What you will see",
+        "",
+        f"The shipped script, run under the budget on {measured_on(reports.verify)}, ends with this error{where}:",
+        "",
+        *recorded_error(buggy, reports),
+    ]
+
+
+def figure_section(ex: Exercise, reports: Reports) -> list[str]:
+    """The pictures `oomlab dev figures` drew for this exercise, with the tool's own one-line finding."""
+    index = reports.figures
+    shown = [f for f in index.get("figures", {}).values() if f.get("exercise") == ex.id and f.get("files")]
+    if not shown:
+        return []
+    uri = page_uri(ex)
+    tool = shown[0]["tool"]
+    md = [
+        f"## What `oomlab {tool}` shows",
+        "",
+        f"Run `oomlab {tool} {ex.id}` yourself first: what it finds is most of the answer. "
+        f"Drawn by `oomlab dev figures` on {drawn_on(index)}: the tool run on the buggy script and on the reference fix.",
+        "",
+    ]
+    body: list[str] = []
+    if tool == "profile":
+        body += profile_legend(uri, reports)
+    for figure in sorted(shown, key=lambda f: f["variant"] != "bug"):
+        label = "The buggy script" if figure["variant"] == "bug" else "The reference fix"
+        body += [f"**{label}.** The tool's finding, as it printed it:", "", "> " + escaped(figure.get("headline") or ""), ""]
+        if figure["variant"] == "bug":
+            body += failed_step_note(ex, figure, reports)
+        for name in figure["files"]:
+            body += [picture(uri, name, f"{label}: {name}"), ""]
+        if figure.get("snapshot"):
+            body += [
+                f"[Download this snapshot]({link_from(uri, 'figures/' + figure['snapshot'])}) and drop it on "
+                "[pytorch.org/memory_viz](https://pytorch.org/memory_viz), PyTorch's own viewer, to explore every "
+                "block and its stack yourself; `oomlab snapshot FILE.pickle` reads it offline.",
+                "",
+            ]
+    md += ['??? example "What it found, with the pictures"', "", *indented("\n".join(body)), ""]
+    return md
+
+
+def wrong_fix_section(ex: Exercise, reports: Reports) -> list[str]:
+    """The tempting fixes from the manifest, each with why it fails and, if measured, whether it did."""
+    if not ex.wrong_fixes:
+        return []
+    row = reports.measured(ex.id) or {}
+    fixes = {f.get("name"): f for f in row.get("wrong_fixes") or []}
+    md = [
+        "## Tempting fixes that do not work",
+        "",
+        "Each is an edit of the buggy script that the course measures, and the check that catches it.",
+        "",
+    ]
+    for fix in ex.wrong_fixes:
+        run = fixes.get(fix.name)
+        result = ""
+        if run:
+            caught = fix.expect in (run.get("failed_checks") or [])
+            result = f" Measured: {'fails' if caught else 'does NOT fail'} `{fix.expect}`."
+        md += [f'??? failure "`{fix.name}`: caught by `{fix.expect}`"', "", f"    {prose(fix.why)}{result}", ""]
+        md += folded_edits(fix)
+    return md
+
+
+def folded_edits(fix) -> list[str]:
+    """A fix's edits of the buggy script, as diffs inside its fold."""
+    md = []
+    for edit in fix.edits:
+        md += [*indented(fence(edit_diff(edit), "diff")), ""]
+    return md
+
+
+def alternatives_section(ex: Exercise, reports: Reports) -> list[str]:
+    """The other honest fixes the grader accepts, each with whether the course measured it passing."""
+    if not ex.alternatives:
+        return []
+    row = reports.measured(ex.id) or {}
+    runs = {f.get("name"): f for f in row.get("alternatives") or []}
+    md = ["## Other fixes the grader accepts", "", "Each is an edit of the buggy script that the course measures passing.", ""]
+    for alt in ex.alternatives:
+        run = runs.get(alt.name)
+        result = f" Measured: {'passes' if run.get('verdict') == 'pass' else 'does NOT pass'}." if run else ""
+        md += [f'??? success "`{alt.name}`"', "", f"    {prose(alt.why)}{result}", "", *folded_edits(alt)]
+    return md
+
+
+def interview_section(ex: Exercise) -> list[str]:
+    """The exercise's interview question, its model answer folded until asked for."""
+    answer = "\n\n".join(prose(p) for p in ex.interview.answer.split("\n\n") if p.strip())
+    md = [
+        "## In an interview",
+        "",
+        f"> {prose(ex.interview.question)}",
+        "",
+        '??? question "A model answer (about two minutes)"',
+        "",
+    ]
+    md += indented(answer)
+    return md + [""]

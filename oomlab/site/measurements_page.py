@@ -1,0 +1,213 @@
+"""The measurements page, ``measurements.md``: every figure the course measured on a GPU, in one place.
+
+From the reports (:mod:`oomlab.site.reports`): each exercise's runs from ``verify.json`` (as its
+own page shows them, :mod:`oomlab.site.measured_runs`); forked runs against fresh ones from
+``equivalence.json``; from ``speed.json`` how long a learner waits for each command, how long a
+class takes to grade and what the OOM hook and a big snapshot cost (:mod:`oomlab.site.tool_costs`);
+and what the witness saw (:mod:`oomlab.site.witness_section`). A report not written yet leaves
+its section saying which command writes it.
+"""
+
+from __future__ import annotations
+
+from oomlab.measure.stats import FIGURES as STAT_FIGURES
+from oomlab.site.markdown import FRONT_MATTER, cell
+from oomlab.site.measured_runs import RUN_HEADER, budget, expectation_notes, run_row, runs, staleness, upper_first
+from oomlab.site.module_pages import page_uri
+from oomlab.site.reports import EQUIVALENCE_JSON, SPEED_JSON, VERIFY_JSON, Reports, measured_date, measured_on
+from oomlab.site.tool_costs import big_snapshot_section, oom_hook_section
+from oomlab.site.witness_section import witness_section
+from oomlab.steps import step
+
+__all__ = ["SPEED_COLUMNS", "TARGETS", "measurements_page"]
+
+
+def measurements_page(reports: Reports) -> str:
+    """The whole page, as Markdown."""
+    report = reports.verify
+    md = [FRONT_MATTER + "# Measurements", ""]
+    if report is None:
+        return "\n".join(md + ['!!! info "Not measured yet"', "", f"    {reports.verify_problem}", ""]) + "\n"
+    md += [
+        f"Every figure below comes from [`{VERIFY_JSON}`]({VERIFY_JSON}), the report `oomlab dev verify` wrote.",
+        "",
+        "| Report | |",
+        "|---|---|",
+        f"| GPU | {cell(str(report.get('gpu')))} |",
+        f"| torch | {cell(str(report.get('torch')))} |",
+        f"| CUDA | {cell(str(report.get('cuda')))} |",
+        f"| Date | {measured_date(report)} |",
+        f"| Wall time | {report.get('wall_s', 'n/a')} s for {report.get('runs', 'n/a')} runs, {report.get('jobs', 1)} at a time"
+        f"{in_sittings(report)} |",
+        f"| Every run as expected | {'yes' if report.get('ok') else 'no'} |",
+        "",
+        (
+            "Each run is a process of its own under the exercise's budget, forked from a warm server that imported "
+            "torch once but never touched CUDA, so its allocator starts empty as a fresh process's does. "
+            if report.get("runner") == "forked"
+            else "Each run is a fresh process under the exercise's budget. "
+        )
+        + "*Peak allocated* is the allocator's "
+        "`allocated_bytes.all.peak`, *peak reserved* `reserved_bytes.all.peak`, *non-releasable* "
+        "`inactive_split_bytes.all.peak` (the *Non-releasable memory* row of `torch.cuda.memory_summary()`), "
+        "*retries* `num_alloc_retries`. Peaks in MiB. A run that ran out of memory has the peaks it "
+        "reached up to the failed allocation.",
+        "",
+    ]
+    for number, ex in enumerate(reports.exercises, 1):
+        link = page_uri(ex)
+        row = reports.measured(ex.id)
+        md += [f"## {number}. [{ex.title}]({link})", ""]
+        if row is None:
+            md += [f"Not in this report. Budget {budget(ex)}.", ""]
+            continue
+        md += [f"Budget {budget(ex)}.", ""]
+        for problem in staleness(ex, row):
+            md += ['!!! warning "Measured on an older version"', "", f"    {upper_first(problem)}.", ""]
+        md += [RUN_HEADER, *(run_row(label, r) for label, r in runs(row, cheats=True)), ""]
+        for note in expectation_notes(row):
+            md += ['!!! warning "Unexpected result"', "", f"    {upper_first(note)}", ""]
+    known = {ex.id for ex in reports.exercises}
+    extra = [row.get("id") for row in report["exercises"] if row.get("id") not in known]
+    if extra:
+        md += ["The report also lists exercises the course no longer has: " + ", ".join(f"`{e}`" for e in extra) + ".", ""]
+    md += equivalence_section(reports.equivalence) + speed_section(reports.speed, report)
+    md += witness_section(report, reports.speed)
+    return "\n".join(md) + "\n"
+
+
+def in_sittings(report: dict) -> str:
+    """How many sittings of some exercises each a report's wall time adds up (``--exercise``), where more than one."""
+    n = report.get("sittings", 1)
+    return f", in {n} sittings of some exercises each" if n > 1 else ""
+
+
+def equivalence_section(report: dict | None) -> list[str]:
+    """Whether a run forked from a warm server measures what a fresh process measures, from ``equivalence.json``."""
+    md = ["## Forked and fresh runs", ""]
+    if report is None:
+        return md + ["Not compared yet: on a CUDA GPU, `make equivalence` (`oomlab dev equivalence`) compares them.", ""]
+    differ = [f"{r['exercise']} {r['run']}" for r in report["rows"] if not r["equal"]]
+    md += [
+        f"[`{EQUIVALENCE_JSON}`]({EQUIVALENCE_JSON}) holds every run of the course measured twice on "
+        f"{measured_on(report)}, {measured_date(report)}: in a fresh process and forked from a warm server. "
+        f"Of {report['runs']} runs, {report['runs'] - len(differ)} gave the same verdict, workload and allocator "
+        f"figures both ways (all {len(STAT_FIGURES)} that the course reads from `memory_stats()`, those above among "
+        "them). The whole course took "
+        f"{report['fresh_wall_s']} s fresh and {report['forked_wall_s']} s forked, {report.get('jobs', 1)} runs at a time"
+        f"{in_sittings(report)}.",
+        "",
+    ]
+    if differ:
+        verdicts = [r for r in report["rows"] if r["fresh"]["verdict"] != r["forked"]["verdict"]]
+        same = "none of them got another verdict" if not verdicts else f"{len(verdicts)} got another verdict"
+        md += [
+            '!!! warning "Runs that differ"',
+            "",
+            "    " + cell(", ".join(differ)) + f": in a figure, the final state or the workload's last bits; {same}.",
+            "",
+        ]
+    return md
+
+
+SPEED_COLUMNS = (  # (speed.json key, column heading)
+    ("plain_s", "`python train.py` (fix)"),
+    ("check_cold_s", "`oomlab check`"),
+    ("recheck_warm_s", "re-check under `watch`"),
+    ("plain_bug_s", "`python train.py` (bug)"),
+    ("snapshot_s", "`snapshot`"),
+    ("hunt_s", "`hunt`"),
+    ("profile_s", "`profile`"),
+    ("diagnose_s", "`diagnose`"),
+)
+TARGETS = {
+    "recheck_warm_under_2_s": "a re-check under `watch` takes under 2 s",
+    "check_cold_within_plain_plus_1_5_s": "`oomlab check` takes at most 1.5 s more than `python train.py`",
+    "diagnose_within_2x_plain": "`diagnose` takes at most twice the plain run",
+    "verify_under_30_s": "the whole `oomlab dev verify` takes under 30 s",
+    "class_of_50_under_5_min": "a class of 50 is graded in under 5 minutes",
+}
+
+
+def speed_section(report: dict | None, verify: dict | None) -> list[str]:
+    """How long a learner waits for each command, from ``speed.json``.
+
+    ``verify`` is the current ``verify.json``: a timing of the whole verify made when the course had
+    other runs is said to be of that course, not this one.
+    """
+    md = ["## How long a learner waits", ""]
+    if report is None:
+        return md + ["Not timed yet: on a CUDA GPU, `make bench` (`oomlab dev bench`) times every command.", ""]
+    md += [
+        f"Seconds of wall time, each the median of {report.get('repeat', 3)} runs in one sitting, from "
+        f"[`{SPEED_JSON}`]({SPEED_JSON}), which `oomlab dev bench` wrote on {measured_on(report)}. Each command is "
+        "run as a learner types it, in a course folder made by `oomlab init`; the reference is already cached for "
+        "`check`. The tools run on the exercise as shipped, under its budget.",
+        "",
+        "| Exercise | " + " | ".join(heading for _, heading in SPEED_COLUMNS) + " |",
+        "|---|" + "---:|" * len(SPEED_COLUMNS),
+    ]
+    for row in report.get("exercises", []):
+        md.append(f"| {cell(row['id'])} | " + " | ".join(_seconds(row.get(k)) for k, _ in SPEED_COLUMNS) + " |")
+    if report.get("scripts"):
+        md += [
+            "",
+            "Scripts that are not in the course, run uncapped: `long_history.py` trains for 840 optimizer steps and "
+            f"keeps each step's logits in a dict. The profiler follows its first {step('profile').options['max_steps']} steps "
+            "(`--all-steps`: all of them).",
+            "",
+            "| Script | `python` | `snapshot` | `hunt` | `profile` | `diagnose` |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in report["scripts"]:
+            keys = ("plain_s", "snapshot_s", "hunt_s", "profile_s", "diagnose_s")
+            md.append(f"| {cell(row['id'])} | " + " | ".join(_seconds(row.get(k)) for k in keys) + " |")
+    stale = {}  # target -> why its figure is not the current course's
+    if "verify_wall_s" in report:
+        md += [
+            "",
+            f"The whole `oomlab dev verify`: {report['verify_wall_s']} s for {report['verify_runs']} runs, "
+            f"{report['verify_parallel']} at a time.",
+        ]
+        verify = verify or {}
+        if verify.get("runs") and verify["runs"] != report["verify_runs"]:
+            stale["verify_under_30_s"] = f"not timed on this course: {report['verify_runs']} of its {verify['runs']} runs"
+            md[-1] += (
+                f" That was on {str(report.get('verify_created', '?'))[:10]}, when the course had {report['verify_runs']} "
+                f"runs; it has {verify['runs']} now, and the last `oomlab dev verify` ([`{VERIFY_JSON}`]({VERIFY_JSON})) "
+                f"ran them in {verify.get('wall_s', '?')} s, {verify.get('jobs', '?')} at a time."
+            )
+    md += class_section(report.get("class"))
+    md += oom_hook_section(report.get("oom_hook"), measured_on(report.get("oom_hook") or {}))
+    md += big_snapshot_section(report.get("big_snapshot"), measured_on(report.get("big_snapshot") or {}))
+    md += ["", "| Target | Met |", "|---|---|"]
+    md += [
+        f"| {TARGETS.get(name, cell(name))} | {stale.get(name, 'yes' if met else '**no**')} |"
+        for name, met in report.get("targets", {}).items()
+    ]
+    return md + [""]
+
+
+def class_section(row: dict | None) -> list[str]:
+    """How long `oomlab nbgrader autograde` took for a class the benchmark made from the exercises' own variants."""
+    if row is None:
+        return []
+    verdicts = (
+        "every score as its variant predicts (the fixes earn every memory point, the rest do not)"
+        if row["verdicts_as_expected"]
+        else f"**{len(row['unexpected'])} score(s) not as predicted**"
+    )
+    return [
+        "",
+        "### Grading a class",
+        "",
+        f"`oomlab nbgrader autograde {row['assignment']}` for a class of {row['students']} "
+        f"({row['notebooks']} notebooks, each student submitting the reference fix, the bug, a wrong fix or an "
+        f"accepted alternative of each exercise): {row['wall_s']} s in all on {measured_on(row)}. Measuring the "
+        f"{row['scripts_measured']} distinct scripts took {row['measure_s']} s, then nbgrader took {row['autograde_s']} s, "
+        f"{row['jobs']} students at a time; {verdicts}.",
+    ]
+
+
+def _seconds(value) -> str:
+    return "" if value is None else f"{value:.1f}"
