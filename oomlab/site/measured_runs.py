@@ -11,16 +11,13 @@ what was measured.
 from __future__ import annotations
 
 from oomlab.course.manifest import Exercise
+from oomlab.figure_names import COMPARED, heading
 from oomlab.site.markdown import cell
 from oomlab.units import MIB, in_mib
 
 __all__ = ["FIGURES", "RUN_HEADER", "budget", "expectation_notes", "run_row", "runs", "staleness", "upper_first"]
 
-FIGURES = (  # (verify.json key, column heading)
-    ("peak_allocated", "Peak allocated"),
-    ("peak_reserved", "Peak reserved"),
-    ("inactive_split_peak", "Non-releasable"),
-)
+FIGURES = COMPARED[:3]  # the byte figures of a run's row, by verify.json key; retries get their own column
 
 
 def upper_first(text: str) -> str:
@@ -45,7 +42,7 @@ def run_row(label: str, run: dict) -> str:
         label,
         str(run.get("verdict") or "n/a"),
         "n/a" if oom is None else ("yes" if oom else "no"),
-        *(in_mib(run.get(key)) for key, _ in FIGURES),
+        *(in_mib(run.get(key)) for key in FIGURES),
         "n/a" if run.get("retries") is None else str(run["retries"]),
         ", ".join(failed) or "none",
     ]
@@ -53,7 +50,7 @@ def run_row(label: str, run: dict) -> str:
 
 
 RUN_HEADER = (
-    "| Run | Verdict | OOM | " + " | ".join(h for _, h in FIGURES) + " | Retries | Failed checks |\n"
+    "| Run | Verdict | OOM | " + " | ".join(heading(key) for key in FIGURES) + f" | {heading('retries')} | Failed checks |\n"
     "|---|---|---|" + "---:|" * len(FIGURES) + "---:|---|"
 )
 
