@@ -120,7 +120,7 @@ def _student_build() -> bool:
 def _grade(ex_id: str) -> _Outcome:
     from oomlab.classroom import measured
     from oomlab.classroom.scoring import magic_line, script_name
-    from oomlab.cli.render import script_failure
+    from oomlab.grading.present import script_failure
     from oomlab.grading.truth import source_digest
     from oomlab.grading.verdict import grade
     from oomlab.measure.machine import refuse_without_a_driver
@@ -184,7 +184,7 @@ def _measured_only(ex, script: Path, text: str) -> _Outcome:
 
 def _run_text(m, ex) -> str:
     """A run's own figures, as ``oomlab run`` shows them: the failure, or the OOM and the allocator's figures."""
-    from oomlab.cli.render import print_run
+    from oomlab.grading.present import print_run
 
     return _plain(lambda console: print_run(console, m, ex))
 
@@ -217,7 +217,7 @@ def _graded(ex_id: str):
 
 def measure(ex_id: str, sources: str) -> None:
     """The measuring cell: grade the exercise's file now and print what ``oomlab check`` prints."""
-    from oomlab.cli.render import print_report
+    from oomlab.grading.present import print_report
 
     _pinned[ex_id] = sources
     _last.pop(ex_id, None)

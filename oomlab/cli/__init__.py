@@ -5,8 +5,7 @@
 - :mod:`~oomlab.cli.tools`: the workflow's tools on an exercise or any script
   (snapshot, hunt, profile, diagnose);
 - :mod:`~oomlab.cli.dev`: maintainers' commands under ``oomlab dev`` (verify, figures, facts);
-- :mod:`~oomlab.cli.nbgrader`: instructors' commands under ``oomlab nbgrader`` (build, autograde);
-- :mod:`~oomlab.cli.render`: how measurements and verdicts look in the terminal.
+- :mod:`~oomlab.cli.nbgrader`: instructors' commands under ``oomlab nbgrader`` (build, autograde).
 
 Exit codes: 0 done or passed, 1 the exercise does not pass yet (or the run
 failed), 2 something to fix outside the exercise (a clear message says what),

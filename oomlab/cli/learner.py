@@ -19,12 +19,6 @@ from rich.text import Text
 
 from oomlab import __version__
 from oomlab.cli import app, console
-from oomlab.cli.render import (
-    print_manifest_note,
-    print_report,
-    print_run,
-    relpath,
-)
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
 from oomlab.course.modules import MODULES, READ_FIRST, met_before_its_step, step_label
@@ -33,6 +27,12 @@ from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
 from oomlab.course.shipped import init_course
 from oomlab.course.state import StateDir, read_error, require_readable
+from oomlab.grading.present import (
+    print_manifest_note,
+    print_report,
+    print_run,
+    relpath,
+)
 from oomlab.grading.verdict import Report, grade
 from oomlab.measure import warm
 from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
