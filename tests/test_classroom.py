@@ -83,7 +83,8 @@ def test_build_writes_the_course_and_a_rebuild_changes_nothing(tmp_path):
     built = build_course(tmp_path / "class")
     root = built.root
     assert (root / CONFIG).read_text().count(LOAD_OURS) == 1
-    assert Course(root / PINNED).exercises, "the pinned copy is a course of its own"
+    assert Course(root / PINNED).ids_in_order == COURSE.ids_in_order, "the pinned copy is a course of its own, in its order"
+    assert list(built.assignments) == [m.name for m in COURSE.modules], "an assignment per module, in teaching order"
     for module, ids in built.assignments.items():
         assert sorted(p.stem for p in (root / "source" / module).glob("*.ipynb")) == sorted(ids)
     assert not list((root / "source").rglob("solutions")), "nothing under source/ is released that the students may not see"
