@@ -14,6 +14,7 @@ from oomlab.course.manifest import STEP_NAMES
 from oomlab.course.shipped import init_course
 from oomlab.course.state import StateDir
 from oomlab.errors import OomLabError
+from oomlab.grading import verdict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,6 +36,26 @@ def load_error(root: Path) -> str:
     with pytest.raises(OomLabError) as err:
         Course(root, working_tree=True)  # the manifests as edited: a learner's command would grade with the originals
     return str(err.value)
+
+
+def grading_error(root: Path, ex_id: str) -> str:
+    """What grading the exercise says of its manifest's checks, before it measures anything.
+
+    The course loads a manifest's ``[checks]`` as tables; which checks exist and what
+    parameters each takes is the grader's to say (the course never imports the grader).
+    """
+    ex = Course(root, working_tree=True).get(ex_id)
+    with pytest.raises(OomLabError) as err:
+        verdict.grade(ex, ex.solution_path)
+    return str(err.value)
+
+
+@pytest.fixture(autouse=True)
+def nothing_is_measured(monkeypatch):
+    def measure(*args, **kwargs):
+        raise AssertionError("a manifest's checks are validated before anything is measured")
+
+    monkeypatch.setattr(verdict, "measure_exercise_file", measure)
 
 
 def test_the_copy_loads(course_copy):
@@ -123,21 +144,21 @@ def test_alternatives_load_as_fixes_that_must_pass(course_copy):
 
 def test_unknown_check(course_copy):
     path = edit(course_copy, "feature-cache", "[checks.retries]", "[checks.retry]")
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "feature-cache")
     assert f"{path}: unknown check 'retry'" in message
     assert "Known checks:" in message and "retries" in message
 
 
 def test_unknown_check_parameter(course_copy):
     path = edit(course_copy, "feature-cache", "[checks.retries]\nmax = 0", "[checks.retries]\nmaximum = 0")
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "feature-cache")
     assert f"{path}: [checks.retries]: unknown parameter 'maximum'" in message
     assert "Allowed: max" in message
 
 
 def test_check_parameter_of_the_wrong_type(course_copy):
     path = edit(course_copy, "feature-cache", "tolerance = 0.5", 'tolerance = "half"')
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "feature-cache")
     assert f"{path}: [checks.inactive_split_peak]: tolerance should be a float" in message
 
 
@@ -150,7 +171,7 @@ def test_symptom_not_among_the_checks(course_copy):
 
 def test_wrong_fix_expecting_a_check_the_exercise_lacks(course_copy):
     path = edit(course_copy, "eval-graphs", 'expect = "same_workload"', 'expect = "retries"')
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "eval-graphs")
     assert str(path) in message and "expects check 'retries', which this exercise does not have" in message
 
 

@@ -36,6 +36,7 @@ from oomlab.course.shipped import shipped_root
 from oomlab.course.state import NAME as STATE
 from oomlab.course.state import read_error, shown, write_atomic
 from oomlab.errors import OomLabError
+from oomlab.grading.checks import validate
 
 __all__ = ["Built", "assignments", "build_course", "config_text", "instructor_config"]
 
@@ -157,6 +158,7 @@ def _planned(course: Course) -> dict[str, bytes]:
     files = {OURS: config_text(course).encode(), ".gitignore": f"{PINNED}/{STATE}/\n".encode()}
     files[f"{PINNED}/exercises/{MODULE_LIST}"] = course.modules_file.read_bytes()  # the order and the modules
     for ex in course.exercises:
+        validate(ex)  # the notebooks' cells score the checks the manifest names
         files[f"{PINNED}/exercises/{ex.id}/exercise.toml"] = ex.manifest_path.read_bytes()
         files[f"{PINNED}/exercises/{ex.id}/{ex.file}"] = shipped_source(ex).encode()
         files[f"{PINNED}/solutions/{ex.id}/{ex.file}"] = ex.solution_path.read_bytes()

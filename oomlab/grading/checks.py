@@ -676,6 +676,22 @@ CHECKS: dict[str, Check] = {
 ALWAYS = tuple(name for name, check in CHECKS.items() if check.always)
 
 
+def validate(ex) -> None:
+    """Raise :class:`OomLabError` unless every check the exercise's manifest names exists with parameters it takes,
+    and every wrong fix expects a check the exercise runs: said before anything is measured."""
+    manifest = ex.manifest_path
+    for name, params in ex.checks.items():
+        if name not in CHECKS:
+            raise OomLabError(f"{manifest}: unknown check {name!r}.", f"Known checks: {', '.join(sorted(CHECKS))}.")
+        CHECKS[name].validate(params, where=f"{manifest}: [checks.{name}]")
+    for fix in ex.wrong_fixes:
+        if fix.expect not in ex.checks and fix.expect not in ALWAYS:
+            raise OomLabError(
+                f"{manifest}: [[wrong_fixes]] expects check {fix.expect!r}, which this exercise does not have.",
+                f"Name one of its checks: {', '.join([*ALWAYS, *(n for n in ex.checks if n not in ALWAYS)])}.",
+            )
+
+
 def run_checks(
     checks: dict[str, dict], m: Measurement, ref: Measurement | None, settings: dict | None = None
 ) -> list[CheckResult]:
