@@ -26,6 +26,7 @@ from torch import nn  # noqa: E402
 
 from oomlab.tools.hunt import analysis, backsearch, inflight, present, probe  # noqa: E402
 from oomlab.tools.hunt import paths as hunt_paths  # noqa: E402
+from oomlab.tools.hunt import roots as hunt_roots  # noqa: E402
 from oomlab.tools.hunt import walk as hunt_walk  # noqa: E402
 from oomlab.units import MIB  # noqa: E402
 
@@ -120,7 +121,7 @@ def test_global_module_hooks_are_roots():
     handle = torch.nn.modules.module.register_module_forward_hook(keep_output)
     try:
         nn.Linear(D_IN, D_HIDDEN)(torch.randn(B, D_IN))
-        roots = hunt_walk.roots_from(None, {}, "train.py")
+        roots = hunt_roots.roots_from(None, {}, "train.py")
         holders = walk(roots)
     finally:
         handle.remove()
@@ -163,9 +164,9 @@ def test_the_exception_being_handled_when_the_retry_failed_is_a_root():
         except RuntimeError:
             raise RuntimeError("CUDA out of memory (the retry)")  # noqa: B904 - the implicit context is the point
     except RuntimeError as exc:
-        roots = hunt_walk.roots_from(exc, {}, __file__)
+        roots = hunt_roots.roots_from(exc, {}, __file__)
         holders = walk(roots)
-    held = by_name(holders, hunt_walk.CONTEXT_ROOT)
+    held = by_name(holders, hunt_roots.CONTEXT_ROOT)
     assert held["direct_bytes"] >= B * D_HIDDEN * 4 * 4  # `hidden` itself
     assert held["graph_bytes"] >= B * D_HIDDEN * 4  # and what its graph saved
     assert held["largest_path"].startswith("exc.__context__.__traceback__")
@@ -362,7 +363,7 @@ def test_roots_from_names_frame_locals_with_their_line(tmp_path):
     try:
         runpy.run_path(str(script), run_name="__main__")
     except ValueError as err:
-        roots = hunt_walk.roots_from(err, None, script)
+        roots = hunt_roots.roots_from(err, None, script)
     assert "step() local 'big' (train.py:9)" in roots
     assert roots["step() local 'n' (train.py:9)"] == 64
     assert "global 'keep'" in roots and "global 'json'" not in roots  # modules are not roots
@@ -773,7 +774,7 @@ def test_the_graph_backward_was_running_is_in_flight_and_the_grower_is_blamed():
     try:
         oom_in_backward(model, kept)
     except RuntimeError as exc:
-        roots = hunt_walk.roots_from(exc, {"model": model, "kept": kept}, __file__)
+        roots = hunt_roots.roots_from(exc, {"model": model, "kept": kept}, __file__)
         report = {}
         holders = walk(roots, since_sequence=since, report=report, back_search=False)  # the point here is the walk's
         in_flight = set(roots.in_flight)
@@ -800,7 +801,7 @@ def test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward():
         running = running + FailsInBackward.apply(model(torch.randn(B, D_IN))).logsumexp(dim=1).mean()
         running.backward()
     except RuntimeError as exc:
-        roots = hunt_walk.roots_from(exc, {}, __file__)
+        roots = hunt_roots.roots_from(exc, {}, __file__)
         holders = walk(roots, since_sequence=since, back_search=False)
     held = next(
         h

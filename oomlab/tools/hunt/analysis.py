@@ -34,7 +34,8 @@ from __future__ import annotations
 import re
 
 from oomlab.steps import advice as structural_advice
-from oomlab.tools.hunt.walk import CONTEXT_ROOT, CYCLE, IN_FLIGHT, STATE
+from oomlab.tools.hunt.roots import CONTEXT_ROOT
+from oomlab.tools.hunt.walk import CYCLE, IN_FLIGHT, STATE
 from oomlab.units import MIB, format_bytes
 
 __all__ = [
