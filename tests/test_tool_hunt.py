@@ -25,13 +25,14 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from oomlab.tools.hunt import analysis, backsearch, inflight, present, probe  # noqa: E402
+from oomlab.tools.hunt import holders as hunt_holders  # noqa: E402
 from oomlab.tools.hunt import paths as hunt_paths  # noqa: E402
 from oomlab.tools.hunt import roots as hunt_roots  # noqa: E402
 from oomlab.tools.hunt import walk as hunt_walk  # noqa: E402
 from oomlab.units import MIB  # noqa: E402
 
 B, D_IN, D_HIDDEN = 64, 32, 256
-IN = hunt_walk.IN_FLIGHT
+IN = inflight.IN_FLIGHT
 
 
 def make_model() -> nn.Sequential:
@@ -50,7 +51,7 @@ def by_name(holders, name):
 def walk(roots, **kwargs):
     kwargs.setdefault("exclude", hunt_walk.model_state_ids(list(roots.values())))
     kwargs.setdefault("cycles", False)
-    return hunt_walk.find_holders(roots, device_type="cpu", **kwargs)
+    return hunt_holders.find_holders(roots, device_type="cpu", **kwargs)
 
 
 LOSSES = "evaluate() local 'losses' (train.py:40)"
@@ -188,10 +189,10 @@ def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
         a.other, b.other = b, a
         expected = storage_bytes(a.payload)
         del a, b
-        holders = hunt_walk.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
+        holders = hunt_holders.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
     finally:
         gc.enable()
-    cycle = next(h for h in holders if h["label"] == hunt_walk.CYCLE)
+    cycle = next(h for h in holders if h["label"] == hunt_holders.CYCLE)
     assert cycle["bytes"] >= expected
     assert "Pair" in cycle["name"] and cycle["largest_path"].endswith(".payload")
     result = analysis.summarize(holders, min_bytes=1024)
@@ -201,7 +202,7 @@ def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
 
 def test_cycle_detection_leaves_gc_as_it_found_it():
     flags, garbage = gc.get_debug(), len(gc.garbage)
-    hunt_walk.find_holders({}, device_type="cpu", cycles=True)
+    hunt_holders.find_holders({}, device_type="cpu", cycles=True)
     assert gc.get_debug() == flags and len(gc.garbage) == garbage
 
 
@@ -679,14 +680,14 @@ def test_a_storage_that_two_unnamed_owners_keep_is_unexplained_once(monkeypatch)
         owners = ([base], {"view": base[:500]})
         for owner in owners:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
-        return hunt_walk._storage_key(base)[0], [id(owner) for owner in owners]
+        return hunt_walk.storage_key(base)[0], [id(owner) for owner in owners]
 
     key, owner_ids = hide()
-    every = hunt_walk._Walk.unreached
-    monkeypatch.setattr(hunt_walk._Walk, "unreached", lambda self: {k: g for k, g in every(self).items() if k == key})
+    every = backsearch.unreached
+    monkeypatch.setattr(backsearch, "unreached", lambda walk: {k: g for k, g in every(walk).items() if k == key})
     try:
         report = {}
-        hunt_walk.find_holders({}, device_type="cpu", cycles=False, report=report)
+        hunt_holders.find_holders({}, device_type="cpu", cycles=False, report=report)
         assert report["back_search"]["targets"] == 1 and report["back_search"]["explained"] == 0
         assert [r["storages"] for r in report["unexplained"]] == [1] and report["unexplained"][0]["bytes"] == 4000
     finally:
@@ -709,7 +710,7 @@ def test_the_back_search_stops_at_its_bounds():
 def test_render_says_where_the_culprit_holds_it_and_what_stays_unexplained():
     holders = [
         holder("global 'table'", "_lru_cache_wrapper", direct=600 * MIB, tensors=6),
-        holder(hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD), "graph", graph=300 * MIB, saved=9, graphs=1, label=IN),
+        holder(inflight.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD), "graph", graph=300 * MIB, saved=9, graphs=1, label=IN),
         holder("global 'loss'", "Tensor", direct=4, tensors=1, tensor_root=True),
     ]
     holders[0]["largest_path"] = "table (functools.lru_cache)[30]"
@@ -779,8 +780,8 @@ def test_the_graph_backward_was_running_is_in_flight_and_the_grower_is_blamed():
         holders = walk(roots, since_sequence=since, report=report, back_search=False)  # the point here is the walk's
         in_flight = set(roots.in_flight)
     assert report["in_flight"] == inflight.BACKWARD
-    graph = by_name(holders, hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))
-    assert graph["label"] == hunt_walk.IN_FLIGHT and graph["graph_bytes"] >= 2 * B * D_HIDDEN * 4
+    graph = by_name(holders, inflight.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))
+    assert graph["label"] == inflight.IN_FLIGHT and graph["graph_bytes"] >= 2 * B * D_HIDDEN * 4
     loss = next(h for h in holders if h["name"].startswith("oom_in_backward() local 'loss'"))
     assert loss["graph_bytes"] == 0  # its graph is the one in flight, not something it kept
     grower = next(h for h in holders if h["name"].startswith("oom_in_backward() local 'kept'"))
@@ -809,7 +810,7 @@ def test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward():
         if h["name"].startswith("test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward() local 'running'")
     )
     assert held["graph_bytes"] == kept_bytes and held["step_graph_bytes"] == 0
-    assert by_name(holders, hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))["graph_bytes"] > 0
+    assert by_name(holders, inflight.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))["graph_bytes"] > 0
     baseline = {analysis.stable_name(held["name"]): 0}  # after the last optimizer step, before it kept a graph
     result = analysis.summarize(holders, baseline=baseline, in_flight=set(roots.in_flight), min_bytes=1024)
     assert result["kind"] == "graph-leak" and result["culprit"] == held["name"]
