@@ -28,6 +28,7 @@ from oomlab.tools.hunt import analysis, backsearch, inflight, present, probe  # 
 from oomlab.tools.hunt import holders as hunt_holders  # noqa: E402
 from oomlab.tools.hunt import paths as hunt_paths  # noqa: E402
 from oomlab.tools.hunt import roots as hunt_roots  # noqa: E402
+from oomlab.tools.hunt import state as hunt_state  # noqa: E402
 from oomlab.tools.hunt import walk as hunt_walk  # noqa: E402
 from oomlab.units import MIB  # noqa: E402
 
@@ -49,7 +50,7 @@ def by_name(holders, name):
 
 
 def walk(roots, **kwargs):
-    kwargs.setdefault("exclude", hunt_walk.model_state_ids(list(roots.values())))
+    kwargs.setdefault("exclude", hunt_state.model_state_ids(list(roots.values())))
     kwargs.setdefault("cycles", False)
     return hunt_holders.find_holders(roots, device_type="cpu", **kwargs)
 
@@ -219,7 +220,7 @@ def test_model_parameters_and_optimizer_state_are_state_not_culprits():
     expected = storage_bytes(*params, *[p.grad for p in params], *state)
     assert sum(h["state_bytes"] for h in holders) == sum(h["bytes"] for h in holders) == expected
     assert by_name(holders, "global 'model'")["largest_path"].startswith("model.")
-    assert {h["label"] for h in holders} == {hunt_walk.STATE}
+    assert {h["label"] for h in holders} == {hunt_state.STATE}
 
     result = analysis.summarize(holders, min_bytes=1)
     assert result["kind"] == "none" and result["culprit_bytes"] == 0 and result["culprit"] is None
@@ -241,7 +242,7 @@ def test_an_optimizers_parameters_that_no_module_holds_any_more_are_not_state():
     orphans = [p for head in old_heads for p in head.parameters()]
     moments = [v for p in orphans for v in optimizer.state[p].values() if isinstance(v, torch.Tensor)]  # and "step"
     del old_heads
-    ids = hunt_walk.model_state_ids([model, optimizer])
+    ids = hunt_state.model_state_ids([model, optimizer])
     assert {id(p) for p in orphans} == set(ids.orphans) and not any(id(p) in ids for p in orphans)
     assert all(id(p) in ids for p in model.parameters())
 
@@ -493,7 +494,7 @@ def holder(name, type_, *, direct=0, graph=0, state=0, tensors=0, saved=0, graph
 def test_a_big_container_that_did_not_grow_is_held_not_leaked():
     holders = [
         holder("global 'features'", "list", direct=600 * MIB, tensors=30),
-        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_walk.STATE),
+        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_state.STATE),
         holder("global 'x'", "Tensor", direct=8 * MIB, tensors=1, tensor_root=True),
     ]
     result = analysis.summarize(holders, allocated=910 * MIB)
@@ -536,7 +537,7 @@ def test_render_and_draw(tmp_path):
 
     base = [
         holder(LOSSES, "list", direct=2048, graph=816 * MIB, tensors=3, saved=30, graphs=3),
-        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_walk.STATE),
+        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_state.STATE),
     ]
     result = analysis.summarize(base, allocated=1200 * MIB, reserved=1300 * MIB, steps=[400 * MIB] * 10)
     shown = present.render(result)

@@ -37,7 +37,7 @@ from oomlab.steps import advice as structural_advice
 from oomlab.tools.hunt.holders import CYCLE
 from oomlab.tools.hunt.inflight import IN_FLIGHT
 from oomlab.tools.hunt.roots import CONTEXT_ROOT
-from oomlab.tools.hunt.walk import STATE
+from oomlab.tools.hunt.state import STATE
 from oomlab.units import MIB, format_bytes
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 :func:`find_holders` is the hunt's one entry to the walk. Given the roots
 (:mod:`~oomlab.tools.hunt.roots`) and the ids of model state
-(:func:`~oomlab.tools.hunt.walk.model_state_ids`), it runs, each pass bounded on its own:
+(:mod:`~oomlab.tools.hunt.state`), it runs, each pass bounded on its own:
 
 1. the walk (:mod:`~oomlab.tools.hunt.walk`) from the script's names, then
    from the library frames of the call that was running, so what a script
@@ -34,7 +34,8 @@ import warnings
 
 from oomlab.tools.hunt import backsearch, inflight
 from oomlab.tools.hunt.paths import root_expr
-from oomlab.tools.hunt.walk import MAX_DEPTH, MAX_NODES, STATE, Walk
+from oomlab.tools.hunt.state import STATE
+from oomlab.tools.hunt.walk import MAX_DEPTH, MAX_NODES, Walk
 
 __all__ = ["CYCLE", "find_holders"]
 
@@ -67,7 +68,7 @@ def find_holders(
             ``roots.in_flight`` (a :class:`~oomlab.tools.hunt.roots.Roots`) are walked after all others.
         device_type: only storages on this device type count (``"cpu"`` in tests).
         exclude: ``id()`` of tensors that are model/optimizer state (see
-            :func:`~oomlab.tools.hunt.walk.model_state_ids`); their storages (and parameters' gradients,
+            :func:`~oomlab.tools.hunt.state.model_state_ids`); their storages (and parameters' gradients,
             and any ``nn.Parameter``) count as ``state_bytes``, not as a culprit.
         skip: ``id()`` of objects never to enter.
         cycles: also ask the garbage collector which objects only a reference

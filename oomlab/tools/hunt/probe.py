@@ -32,7 +32,7 @@ from oomlab.tools.hunt.analysis import TOOL, own_bytes, stable_name, summarize
 from oomlab.tools.hunt.holders import find_holders
 from oomlab.tools.hunt.inflight import next_sequence_nr
 from oomlab.tools.hunt.roots import roots_from, roots_from_stack
-from oomlab.tools.hunt.walk import model_state_ids
+from oomlab.tools.hunt.state import model_state_ids
 from oomlab.units import MIB
 
 __all__ = ["MAX_STEPS", "Probe", "saved_hooks_visible"]

@@ -19,8 +19,8 @@ This module is the walker alone: :class:`Walk` keeps, for every object it
 reached, the reference it came by (so any path can be written back, in the
 notation of :mod:`~oomlab.tools.hunt.paths`) and, for every storage, the root
 that claimed it. What counts as model state is decided before it starts
-(:func:`model_state_ids`); the passes that run it and turn its claims into one
-row per holder are :func:`~oomlab.tools.hunt.holders.find_holders`'s.
+(:mod:`~oomlab.tools.hunt.state`); the passes that run it and turn its claims
+into one row per holder are :func:`~oomlab.tools.hunt.holders.find_holders`'s.
 
 Device-agnostic and torch-free at import: tensors are recognised through the
 torch the caller hands over (or the one the process has already imported), so
@@ -40,16 +40,13 @@ import weakref
 
 from oomlab.tools.hunt.paths import frame_locals, func_name, join_path, key_label, place, reads_locals
 
-__all__ = ["LEAVES", "MAX_DEPTH", "MAX_NODES", "STATE", "Walk", "model_state_ids", "storage_key", "storage_object_key"]
+__all__ = ["LEAVES", "MAX_DEPTH", "MAX_NODES", "Walk", "storage_key", "storage_object_key"]
 
 MAX_DEPTH = 12  # ordinary references from a root; autograd edges do not count
 MAX_NODES = 200_000
 
-# The label of a holder that holds only model/optimizer state; the verdict and the table read it.
-STATE = "model/optimizer state"
-
 # Objects that cannot hold a tensor (or that the walk must not enter: modules, classes, code).
-# model_state_ids skips them too, looking for models and optimizers.
+# model_state_ids (state.py) skips them too, looking for models and optimizers.
 LEAVES = (
     type(None),
     bool,
@@ -76,19 +73,6 @@ LEAVES = (
     types.MethodDescriptorType,
     types.BuiltinFunctionType,  # builtin methods are handled before this check
 )
-
-
-class _IdSet(set):
-    """A set of ``id()`` values that also keeps the objects alive, so no id can be reused by another object."""
-
-    def __init__(self):
-        super().__init__()
-        self.keep: list = []
-
-    def add_object(self, obj) -> None:
-        if id(obj) not in self:
-            self.add(id(obj))
-            self.keep.append(obj)
 
 
 def storage_key(tensor):
@@ -122,7 +106,7 @@ class Walk:
         self.torch = torch
         self.device_type = device_type
         self.exclude = exclude
-        self.orphans = getattr(exclude, "orphans", ())  # an optimizer's parameters no module holds (model_state_ids)
+        self.orphans = getattr(exclude, "orphans", ())  # an optimizer's parameters no module holds (state.py)
         self.skip = set(skip)
         self.max_depth = max_depth
         self.max_nodes = max_nodes
@@ -368,7 +352,7 @@ class Walk:
             self.claims[key] = [root, oid, entry, nbytes]
 
     def tensor(self, t, oid, root, depth, entry):
-        # A parameter is model state, unless it is an optimizer's that no module holds any more (see model_state_ids).
+        # A parameter is model state, unless it is an optimizer's that no module holds any more (see state.py).
         state = oid in self.exclude or (isinstance(t, self.torch.nn.Parameter) and oid not in self.orphans)
         if t.device.type == self.device_type and not t.is_meta:
             self.claim(storage_key(t), oid, root, entry, state)
@@ -441,97 +425,3 @@ class Walk:
             oid, label, _ = self.parent[oid]
             labels.append(label)
         return join_path(labels[::-1])
-
-
-def model_state_ids(objs, torch=None) -> set:
-    """``id()`` of parameters, their gradients, buffers and optimizer state among ``objs``.
-
-    Modules and ``torch.optim.Optimizer`` instances are found in ``objs``, in
-    containers and in object attributes a few levels down. The returned set
-    keeps the tensors alive, so the ids stay theirs while it lives. ``torch``
-    is as for :func:`~oomlab.tools.hunt.holders.find_holders`.
-
-    An optimizer can outlive the modules it was made for: a head replaced by a
-    new one, with the new head's parameters added as another param group,
-    leaves the old head's parameters and their moments in the optimizer,
-    trained by nothing. So where modules were found, an ``nn.Parameter`` of an
-    optimizer that none of them holds is not model state: its id goes into the
-    set's ``orphans`` (kept alive too), and neither it nor its optimizer state
-    goes into the set. A tensor that is not an ``nn.Parameter`` (``opt =
-    SGD([w])`` on a bare tensor) has no module to belong to, so it is state.
-    """
-    ids = _IdSet()
-    ids.orphans = _IdSet()
-    torch = torch or sys.modules.get("torch")
-    if torch is None:
-        return ids
-    seen: set[int] = set()
-    stack = [(obj, 0) for obj in objs]
-    module_params: set[int] = set()
-    optimizers = []
-
-    def add_param(p):
-        ids.add_object(p)
-        if getattr(p, "grad", None) is not None:
-            ids.add_object(p.grad)
-
-    while stack:
-        obj, depth = stack.pop()
-        if id(obj) in seen or isinstance(obj, LEAVES):
-            continue
-        seen.add(id(obj))
-        try:
-            if isinstance(obj, torch.nn.Module):
-                for p in obj.parameters():
-                    module_params.add(id(p))
-                    add_param(p)
-                for b in obj.buffers():
-                    ids.add_object(b)
-                continue
-            if isinstance(obj, torch.optim.Optimizer):
-                optimizers.append(obj)
-                continue
-            if depth >= 4 or isinstance(obj, torch.Tensor):
-                continue
-            if isinstance(obj, dict):
-                stack.extend((v, depth + 1) for v in list(dict.values(obj)))
-            elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
-                stack.extend((v, depth + 1) for v in list(obj))
-            else:
-                namespace = object.__getattribute__(obj, "__dict__")
-                if isinstance(namespace, dict):
-                    stack.extend((v, depth + 1) for v in list(dict.values(namespace)))
-        except Exception:
-            continue
-    for optimizer in optimizers:
-        try:
-            _optimizer_state(optimizer, torch, ids, add_param, module_params)
-        except Exception:
-            continue
-    return ids
-
-
-def _optimizer_state(optimizer, torch, ids: _IdSet, add_param, module_params: set[int]) -> None:
-    """Add ``optimizer``'s parameters and their state to ``ids``, its orphaned parameters to ``ids.orphans``."""
-
-    def orphaned(p) -> bool:
-        return bool(module_params) and isinstance(p, torch.nn.Parameter) and id(p) not in module_params
-
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if orphaned(p):
-                ids.orphans.add_object(p)
-            else:
-                add_param(p)
-    for p, state in list(optimizer.state.items()):
-        if orphaned(p):
-            continue
-        pending = list(state.values()) if isinstance(state, dict) else [state]
-        while pending:
-            value = pending.pop()
-            if isinstance(value, torch.Tensor):
-                ids.add_object(value)
-            elif isinstance(value, (list, tuple)):
-                pending.extend(value)
-            elif isinstance(value, dict):
-                pending.extend(value.values())
