@@ -25,12 +25,15 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from oomlab.tools.hunt import analysis, backsearch, inflight, present, probe  # noqa: E402
+from oomlab.tools.hunt import holders as hunt_holders  # noqa: E402
 from oomlab.tools.hunt import paths as hunt_paths  # noqa: E402
+from oomlab.tools.hunt import roots as hunt_roots  # noqa: E402
+from oomlab.tools.hunt import state as hunt_state  # noqa: E402
 from oomlab.tools.hunt import walk as hunt_walk  # noqa: E402
 from oomlab.units import MIB  # noqa: E402
 
 B, D_IN, D_HIDDEN = 64, 32, 256
-IN = hunt_walk.IN_FLIGHT
+IN = inflight.IN_FLIGHT
 
 
 def make_model() -> nn.Sequential:
@@ -47,9 +50,9 @@ def by_name(holders, name):
 
 
 def walk(roots, **kwargs):
-    kwargs.setdefault("exclude", hunt_walk.model_state_ids(list(roots.values())))
+    kwargs.setdefault("exclude", hunt_state.model_state_ids(list(roots.values())))
     kwargs.setdefault("cycles", False)
-    return hunt_walk.find_holders(roots, device_type="cpu", **kwargs)
+    return hunt_holders.find_holders(roots, device_type="cpu", **kwargs)
 
 
 LOSSES = "evaluate() local 'losses' (train.py:40)"
@@ -120,7 +123,7 @@ def test_global_module_hooks_are_roots():
     handle = torch.nn.modules.module.register_module_forward_hook(keep_output)
     try:
         nn.Linear(D_IN, D_HIDDEN)(torch.randn(B, D_IN))
-        roots = hunt_walk.roots_from(None, {}, "train.py")
+        roots = hunt_roots.roots_from(None, {}, "train.py")
         holders = walk(roots)
     finally:
         handle.remove()
@@ -163,9 +166,9 @@ def test_the_exception_being_handled_when_the_retry_failed_is_a_root():
         except RuntimeError:
             raise RuntimeError("CUDA out of memory (the retry)")  # noqa: B904 - the implicit context is the point
     except RuntimeError as exc:
-        roots = hunt_walk.roots_from(exc, {}, __file__)
+        roots = hunt_roots.roots_from(exc, {}, __file__)
         holders = walk(roots)
-    held = by_name(holders, hunt_walk.CONTEXT_ROOT)
+    held = by_name(holders, hunt_roots.CONTEXT_ROOT)
     assert held["direct_bytes"] >= B * D_HIDDEN * 4 * 4  # `hidden` itself
     assert held["graph_bytes"] >= B * D_HIDDEN * 4  # and what its graph saved
     assert held["largest_path"].startswith("exc.__context__.__traceback__")
@@ -187,10 +190,10 @@ def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
         a.other, b.other = b, a
         expected = storage_bytes(a.payload)
         del a, b
-        holders = hunt_walk.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
+        holders = hunt_holders.find_holders({"global 'x'": torch.ones(4)}, device_type="cpu", cycles=True)
     finally:
         gc.enable()
-    cycle = next(h for h in holders if h["label"] == hunt_walk.CYCLE)
+    cycle = next(h for h in holders if h["label"] == hunt_holders.CYCLE)
     assert cycle["bytes"] >= expected
     assert "Pair" in cycle["name"] and cycle["largest_path"].endswith(".payload")
     result = analysis.summarize(holders, min_bytes=1024)
@@ -200,7 +203,7 @@ def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
 
 def test_cycle_detection_leaves_gc_as_it_found_it():
     flags, garbage = gc.get_debug(), len(gc.garbage)
-    hunt_walk.find_holders({}, device_type="cpu", cycles=True)
+    hunt_holders.find_holders({}, device_type="cpu", cycles=True)
     assert gc.get_debug() == flags and len(gc.garbage) == garbage
 
 
@@ -217,7 +220,7 @@ def test_model_parameters_and_optimizer_state_are_state_not_culprits():
     expected = storage_bytes(*params, *[p.grad for p in params], *state)
     assert sum(h["state_bytes"] for h in holders) == sum(h["bytes"] for h in holders) == expected
     assert by_name(holders, "global 'model'")["largest_path"].startswith("model.")
-    assert {h["label"] for h in holders} == {hunt_walk.STATE}
+    assert {h["label"] for h in holders} == {hunt_state.STATE}
 
     result = analysis.summarize(holders, min_bytes=1)
     assert result["kind"] == "none" and result["culprit_bytes"] == 0 and result["culprit"] is None
@@ -239,7 +242,7 @@ def test_an_optimizers_parameters_that_no_module_holds_any_more_are_not_state():
     orphans = [p for head in old_heads for p in head.parameters()]
     moments = [v for p in orphans for v in optimizer.state[p].values() if isinstance(v, torch.Tensor)]  # and "step"
     del old_heads
-    ids = hunt_walk.model_state_ids([model, optimizer])
+    ids = hunt_state.model_state_ids([model, optimizer])
     assert {id(p) for p in orphans} == set(ids.orphans) and not any(id(p) in ids for p in orphans)
     assert all(id(p) in ids for p in model.parameters())
 
@@ -362,7 +365,7 @@ def test_roots_from_names_frame_locals_with_their_line(tmp_path):
     try:
         runpy.run_path(str(script), run_name="__main__")
     except ValueError as err:
-        roots = hunt_walk.roots_from(err, None, script)
+        roots = hunt_roots.roots_from(err, None, script)
     assert "step() local 'big' (train.py:9)" in roots
     assert roots["step() local 'n' (train.py:9)"] == 64
     assert "global 'keep'" in roots and "global 'json'" not in roots  # modules are not roots
@@ -491,7 +494,7 @@ def holder(name, type_, *, direct=0, graph=0, state=0, tensors=0, saved=0, graph
 def test_a_big_container_that_did_not_grow_is_held_not_leaked():
     holders = [
         holder("global 'features'", "list", direct=600 * MIB, tensors=30),
-        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_walk.STATE),
+        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_state.STATE),
         holder("global 'x'", "Tensor", direct=8 * MIB, tensors=1, tensor_root=True),
     ]
     result = analysis.summarize(holders, allocated=910 * MIB)
@@ -534,7 +537,7 @@ def test_render_and_draw(tmp_path):
 
     base = [
         holder(LOSSES, "list", direct=2048, graph=816 * MIB, tensors=3, saved=30, graphs=3),
-        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_walk.STATE),
+        holder("global 'model'", "Sequential", state=300 * MIB, label=hunt_state.STATE),
     ]
     result = analysis.summarize(base, allocated=1200 * MIB, reserved=1300 * MIB, steps=[400 * MIB] * 10)
     shown = present.render(result)
@@ -678,14 +681,14 @@ def test_a_storage_that_two_unnamed_owners_keep_is_unexplained_once(monkeypatch)
         owners = ([base], {"view": base[:500]})
         for owner in owners:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
-        return hunt_walk._storage_key(base)[0], [id(owner) for owner in owners]
+        return hunt_walk.storage_key(base)[0], [id(owner) for owner in owners]
 
     key, owner_ids = hide()
-    every = hunt_walk._Walk.unreached
-    monkeypatch.setattr(hunt_walk._Walk, "unreached", lambda self: {k: g for k, g in every(self).items() if k == key})
+    every = backsearch.unreached
+    monkeypatch.setattr(backsearch, "unreached", lambda walk: {k: g for k, g in every(walk).items() if k == key})
     try:
         report = {}
-        hunt_walk.find_holders({}, device_type="cpu", cycles=False, report=report)
+        hunt_holders.find_holders({}, device_type="cpu", cycles=False, report=report)
         assert report["back_search"]["targets"] == 1 and report["back_search"]["explained"] == 0
         assert [r["storages"] for r in report["unexplained"]] == [1] and report["unexplained"][0]["bytes"] == 4000
     finally:
@@ -708,7 +711,7 @@ def test_the_back_search_stops_at_its_bounds():
 def test_render_says_where_the_culprit_holds_it_and_what_stays_unexplained():
     holders = [
         holder("global 'table'", "_lru_cache_wrapper", direct=600 * MIB, tensors=6),
-        holder(hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD), "graph", graph=300 * MIB, saved=9, graphs=1, label=IN),
+        holder(inflight.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD), "graph", graph=300 * MIB, saved=9, graphs=1, label=IN),
         holder("global 'loss'", "Tensor", direct=4, tensors=1, tensor_root=True),
     ]
     holders[0]["largest_path"] = "table (functools.lru_cache)[30]"
@@ -773,13 +776,13 @@ def test_the_graph_backward_was_running_is_in_flight_and_the_grower_is_blamed():
     try:
         oom_in_backward(model, kept)
     except RuntimeError as exc:
-        roots = hunt_walk.roots_from(exc, {"model": model, "kept": kept}, __file__)
+        roots = hunt_roots.roots_from(exc, {"model": model, "kept": kept}, __file__)
         report = {}
         holders = walk(roots, since_sequence=since, report=report, back_search=False)  # the point here is the walk's
         in_flight = set(roots.in_flight)
     assert report["in_flight"] == inflight.BACKWARD
-    graph = by_name(holders, hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))
-    assert graph["label"] == hunt_walk.IN_FLIGHT and graph["graph_bytes"] >= 2 * B * D_HIDDEN * 4
+    graph = by_name(holders, inflight.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))
+    assert graph["label"] == inflight.IN_FLIGHT and graph["graph_bytes"] >= 2 * B * D_HIDDEN * 4
     loss = next(h for h in holders if h["name"].startswith("oom_in_backward() local 'loss'"))
     assert loss["graph_bytes"] == 0  # its graph is the one in flight, not something it kept
     grower = next(h for h in holders if h["name"].startswith("oom_in_backward() local 'kept'"))
@@ -800,7 +803,7 @@ def test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward():
         running = running + FailsInBackward.apply(model(torch.randn(B, D_IN))).logsumexp(dim=1).mean()
         running.backward()
     except RuntimeError as exc:
-        roots = hunt_walk.roots_from(exc, {}, __file__)
+        roots = hunt_roots.roots_from(exc, {}, __file__)
         holders = walk(roots, since_sequence=since, back_search=False)
     held = next(
         h
@@ -808,7 +811,7 @@ def test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward():
         if h["name"].startswith("test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward() local 'running'")
     )
     assert held["graph_bytes"] == kept_bytes and held["step_graph_bytes"] == 0
-    assert by_name(holders, hunt_walk.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))["graph_bytes"] > 0
+    assert by_name(holders, inflight.IN_FLIGHT_GRAPH.format(phase=inflight.BACKWARD))["graph_bytes"] > 0
     baseline = {analysis.stable_name(held["name"]): 0}  # after the last optimizer step, before it kept a graph
     result = analysis.summarize(holders, baseline=baseline, in_flight=set(roots.in_flight), min_bytes=1024)
     assert result["kind"] == "graph-leak" and result["culprit"] == held["name"]

@@ -17,8 +17,14 @@ own) and functions' globals, and bounds itself by depth and node count.
 
 The modules, as for every tool (see :mod:`oomlab.tools.base`):
 
-- :mod:`~oomlab.tools.hunt.walk`: the reference walk and its roots, pure Python
-  over any objects and device-agnostic, so the tests walk CPU tensors;
+- :mod:`~oomlab.tools.hunt.roots`: where the walk starts, and how each root is
+  named: the script's frames and globals, torch's global hooks, a kept exception;
+- :mod:`~oomlab.tools.hunt.state`: which tensors are model and optimizer state
+  (parameters, gradients, buffers, moments), counted but never blamed;
+- :mod:`~oomlab.tools.hunt.walk`: the reference walk, pure Python over any
+  objects and device-agnostic, so the tests walk CPU tensors;
+- :mod:`~oomlab.tools.hunt.holders`: ``find_holders``, the walk's passes in
+  order (walk, cycles, back search, graph in flight) and one row per holder;
 - :mod:`~oomlab.tools.hunt.backsearch`: from every device tensor the walk did
   not reach, back through whatever refers to it (a C cache such as
   ``functools.lru_cache``, a library's registry) to something a person can

@@ -1,7 +1,7 @@
 """The hunt's verdict: from the walk's holders to one finding, its culprit, and what to do.
 
-The walk (:mod:`~oomlab.tools.hunt.walk`) says which root holds which bytes;
-it cannot say which of them should not be there. A model, its optimizer state
+The walk's holders (:func:`~oomlab.tools.hunt.holders.find_holders`) say which
+root holds which bytes; they cannot say which of them should not be there. A model, its optimizer state
 and the current step's tensors are supposed to be on the device. Memory that
 outlives its step shows one of these signs, and the largest holder that shows
 one is the culprit:
@@ -34,7 +34,10 @@ from __future__ import annotations
 import re
 
 from oomlab.steps import advice as structural_advice
-from oomlab.tools.hunt.walk import CONTEXT_ROOT, CYCLE, IN_FLIGHT, STATE
+from oomlab.tools.hunt.holders import CYCLE
+from oomlab.tools.hunt.inflight import IN_FLIGHT
+from oomlab.tools.hunt.roots import CONTEXT_ROOT
+from oomlab.tools.hunt.state import STATE
 from oomlab.units import MIB, format_bytes
 
 __all__ = [

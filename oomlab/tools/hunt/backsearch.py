@@ -23,12 +23,18 @@ notation (:mod:`~oomlab.tools.hunt.paths`): ``attention_bias (functools.lru_cach
 explains is returned too, with the furthest owner the search saw, so that the
 hunt can say plainly how much it could not name.
 
+The search itself (:func:`search`) knows of the walk only the objects it
+reached. :func:`search_back` is the pass that joins the two, run by
+:func:`~oomlab.tools.hunt.holders.find_holders` after the walk: it gathers the
+targets (:func:`unreached`), searches, and hands every target explained back to
+the walk under the root its chain arrived at, new roots included, so the
+walk claims its storage there and follows its autograd graph like any other.
+
 The cost is bounded: one ``gc.get_referrers`` pass over the heap per level,
 at most ``MAX_LEVELS`` levels, stopping early at ``MAX_NODES`` objects met or
-``TIME_LIMIT_S`` seconds (the caller's :func:`unreached` adds one
-``gc.get_objects()`` pass and takes at most ``MAX_TARGETS`` storages, largest
-first). With no target, the usual case once every holder has a name, nothing
-runs at all.
+``TIME_LIMIT_S`` seconds (:func:`unreached` adds one ``gc.get_objects()``
+pass and takes at most ``MAX_TARGETS`` storages, largest first). With no
+target, the usual case once every holder has a name, nothing runs at all.
 
 Standard library only; torch is handed in.
 """
@@ -44,8 +50,20 @@ import time
 import types
 
 from oomlab.tools.hunt.paths import frame_locals, func_name, key_label, place
+from oomlab.tools.hunt.walk import Walk, storage_key, storage_object_key
 
-__all__ = ["MAX_LEVELS", "MAX_NODES", "MAX_TARGETS", "TIME_LIMIT_S", "Arrival", "Search", "search"]
+__all__ = [
+    "MAX_LEVELS",
+    "MAX_NODES",
+    "MAX_TARGETS",
+    "TIME_LIMIT_S",
+    "Arrival",
+    "Report",
+    "Search",
+    "search",
+    "search_back",
+    "unreached",
+]
 
 MAX_LEVELS = 24  # references back from a target; a logger's buffer is about 14 from the logging module
 MAX_NODES = 100_000
@@ -395,3 +413,95 @@ def _cell_holds(cell, value) -> bool:
         return cell.cell_contents is value
     except ValueError:  # an empty cell
         return False
+
+
+# --------------------------------------------------------------------------- between the walk and the search
+# The search above knows nothing of the walk but the ids it reached. Here the walk's side: which storages it
+# left unreached (the targets), and how each one the search explains goes back into the walk as a root.
+
+
+def unreached(walk: Walk) -> dict:
+    """``{storage key: (bytes, [objects])}``: live tensors and storage objects on the device that no root reached.
+
+    Largest storages first, at most :data:`MAX_TARGETS` of them;
+    one ``gc.get_objects()`` pass.
+    """
+    groups: dict = {}
+    tensor, storage = walk.torch.Tensor, walk.Storage
+    obj = None
+    for obj in gc.get_objects():
+        kind = type(obj)  # not isinstance(): a proxy's __class__ could run code, or raise
+        if issubclass(kind, tensor):
+            key, nbytes = storage_key(obj)
+        elif storage is not None and issubclass(kind, storage):
+            key, nbytes = storage_object_key(obj)
+        else:
+            continue
+        if key is None or key in walk.claims or id(obj) in walk.skip or key[0].split(":")[0] != walk.device_type:
+            continue
+        groups.setdefault(key, (nbytes, []))[1].append(obj)
+    obj = None  # the loop's last object: no reference of ours may outlive the pass
+    largest = sorted(groups, key=lambda k: -groups[k][0])[:MAX_TARGETS]
+    return {key: groups[key] for key in largest}
+
+
+class Report:
+    """What :func:`search_back` found: its figures, and what it could not name (``[{owner, bytes, storages}]``)."""
+
+    def __init__(self, stats: dict, unexplained: list):
+        self.stats, self.unexplained = stats, unexplained
+
+
+def search_back(walk: Walk, ignore: set) -> Report | None:
+    """Name the owners of the device storages the walk did not reach, and hand them to the walk as roots.
+
+    Each target the search explains is handed back to the walk under the root
+    its chain arrived at (a root of the walk's, or a module global, class
+    attribute or frame local that becomes one), so its storage is claimed there
+    and its autograd graph followed like any other. None when the walk left
+    nothing unreached: then nothing runs.
+    """
+    groups = unreached(walk)
+    if not groups:
+        return None
+    targets = [obj for _, objs in groups.values() for obj in objs]
+    found = search(targets, reached=walk.seen, ignore=ignore | {id(groups), id(targets)}, torch=walk.torch)
+    new_roots: dict[str, int] = {}
+    for target, arrival, hops in found.explained:
+        if arrival.reached is not None:
+            above = id(arrival.reached)
+            root = walk.parent[above][2]
+        else:
+            root = new_roots.get(arrival.name)
+            if root is None:
+                root = new_roots[arrival.name] = walk.add_root(arrival.name, arrival.obj)
+                walk.back_searched.add(root)
+            if not hops:  # the name refers to the target itself
+                walk.push(target, None, arrival.expr, root, 0, None)
+                continue
+            above = id(arrival.obj)
+            walk.adopt(arrival.obj, None, arrival.expr, root)
+        for obj, label in hops[:-1]:
+            walk.adopt(obj, above, label, root)
+            above = id(obj)
+        walk.push(target, above, hops[-1][1], root, 1, None)
+    walk.run()
+    unexplained: dict[str, list] = {}
+    counted: set = set()  # a storage is unexplained once, under the first owner met, however many tensors view it
+    for target, owner in found.unexplained:
+        key, nbytes = storage_key(target) if isinstance(target, walk.torch.Tensor) else storage_object_key(target)
+        if key in walk.claims or key in counted:
+            continue  # claimed after all (another object of the same storage, or a graph the walk then followed)
+        counted.add(key)
+        keys, total = unexplained.get(owner, (set(), 0))
+        unexplained[owner] = (keys | {key}, total + nbytes)
+    stats = {
+        "targets": len(groups),
+        "explained": len(groups) - len(counted),
+        "levels": found.levels,
+        "objects": found.nodes,
+        "stopped": found.truncated,
+        "seconds": found.seconds,
+    }
+    rows = [{"owner": owner, "bytes": total, "storages": len(keys)} for owner, (keys, total) in unexplained.items()]
+    return Report(stats, sorted(rows, key=lambda r: -r["bytes"]))

@@ -19,6 +19,11 @@ made by an earlier step. Such a node is no part of the step in progress: a
 graph that reaches back into earlier steps (a running loss summed without
 ``.detach()``) keeps that part as a leak, and the hunt still says so.
 
+After the walk, :func:`split` takes what that graph saved away from whichever
+root reached it first (``loss``, say, whose backward was running) and makes
+it a holder of its own, labelled :data:`IN_FLIGHT`, which the verdict
+(:mod:`~oomlab.tools.hunt.analysis`) reports with its size and never blames.
+
 Standard library only at import, like the walk: torch is handed in.
 """
 
@@ -27,10 +32,26 @@ from __future__ import annotations
 import collections
 import re
 
-__all__ = ["BACKWARD", "FORWARD", "graph_nodes", "next_sequence_nr", "phase", "sequence_nr"]
+from oomlab.tools.hunt.walk import Walk
+
+__all__ = [
+    "BACKWARD",
+    "FORWARD",
+    "IN_FLIGHT",
+    "IN_FLIGHT_GRAPH",
+    "graph_nodes",
+    "next_sequence_nr",
+    "phase",
+    "sequence_nr",
+    "split",
+]
 
 BACKWARD = "backward pass"
 FORWARD = "forward pass"
+# The label of what was in flight when the script stopped (its library frames, and its graph), which the verdict
+# reads; and the name of the holder that the graph becomes.
+IN_FLIGHT = "in flight"
+IN_FLIGHT_GRAPH = "the autograd graph of the {phase} in flight when the script stopped"
 
 # The library frames of a backward call: Tensor.backward(), torch.autograd.backward() and grad(), and the
 # engine's entry point. Their names as the walk's roots give them: "_engine_run_backward() local 't_outputs' (...)".
@@ -100,3 +121,37 @@ def graph_nodes(values, torch, since: int | None) -> list:
         except Exception:  # a node that cannot list its inputs ends the walk there
             continue
     return found
+
+
+# --------------------------------------------------------------------------- after the walk
+
+
+def split(walk: Walk, frames: dict, since: int | None) -> str:
+    """Move what the graph in flight saved to a holder of its own.
+
+    Returns the phase of the graph in flight (forward or backward pass), or ""
+    when the failing call's frames hold no graph made since ``since``.
+
+    ``frames`` are the failing call's library frames' locals (``{root name: value}``); ``since`` the
+    sequence number autograd had reached at the last optimizer step. Whichever
+    root reached a saved tensor first, if the node that saved it is part of the
+    graph in flight the bytes go to that graph: never to ``loss``, whose
+    backward was running.
+    """
+    if not frames:
+        return ""
+    nodes = graph_nodes(frames.values(), walk.torch, since)
+    node_ids = {id(node) for node in nodes}
+    running = phase(frames)
+    moved = [
+        claim
+        for key, claim in walk.claims.items()
+        if claim[2] is not None and key not in walk.state_keys and walk.parent[claim[1]][0] in node_ids
+    ]
+    if not moved:
+        return running if nodes else ""  # a graph in flight whose every saved tensor a name also holds
+    index = walk.add_root(IN_FLIGHT_GRAPH.format(phase=running), None, kind="graph", label=IN_FLIGHT)
+    for claim in moved:
+        claim[0] = index
+    del nodes
+    return running

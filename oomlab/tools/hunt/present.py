@@ -15,7 +15,7 @@ from pathlib import Path
 
 from oomlab.tools.base import figure, pyplot, save_figure
 from oomlab.tools.hunt.analysis import IN_FLIGHT, TOOL, advice
-from oomlab.tools.hunt.walk import STATE
+from oomlab.tools.hunt.state import STATE
 from oomlab.units import MIB, format_bytes, in_mib
 
 __all__ = ["draw", "render"]

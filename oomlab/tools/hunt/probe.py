@@ -10,7 +10,7 @@ can tell a list that grows every step from one that was always this big.
 
 :meth:`Probe.analyse` runs when the script is over, inside the ``except`` block
 if it raised, so the failed frames and their locals are still alive: it walks
-them (see :func:`~oomlab.tools.hunt.walk.roots_from`), searches back from what
+them (see :func:`~oomlab.tools.hunt.roots.roots_from`), searches back from what
 the walk did not reach (:mod:`~oomlab.tools.hunt.backsearch`; the baseline does
 too, so that growth compares like with like) and turns the holders into the
 verdict. What the hunt costs the run is bounded: the walk by depth and node
@@ -29,8 +29,10 @@ from pathlib import Path
 
 from oomlab.tools import base
 from oomlab.tools.hunt.analysis import TOOL, own_bytes, stable_name, summarize
+from oomlab.tools.hunt.holders import find_holders
 from oomlab.tools.hunt.inflight import next_sequence_nr
-from oomlab.tools.hunt.walk import find_holders, model_state_ids, roots_from, roots_from_stack
+from oomlab.tools.hunt.roots import roots_from, roots_from_stack
+from oomlab.tools.hunt.state import model_state_ids
 from oomlab.units import MIB
 
 __all__ = ["MAX_STEPS", "Probe", "saved_hooks_visible"]

@@ -1,24 +1,26 @@
-"""The reference walk: which named object keeps each device tensor storage alive.
+"""The reference walk: from named roots, which one keeps each device tensor storage alive.
 
-The walk starts from named "roots" (the script's globals, the locals of its
-frames, torch's global module hooks, an exception being handled) and goes
-breadth-first from all of them at once, so each storage is credited to the
-root that reaches it in the fewest references, and counted once. Besides
-ordinary references (attributes, items, closures, frames) it follows the
-autograd graph: a tensor's ``grad_fn``, the tensors each node saved for
-backward, and the nodes it leads to. What a graph saved is counted apart, since
-that is the memory a forward pass without backward leaves behind.
+The walk starts from named "roots" (:mod:`~oomlab.tools.hunt.roots`: the
+script's globals, the locals of its frames, torch's global module hooks, an
+exception being handled) and goes breadth-first from all of them at once, so
+each storage is credited to the root that reaches it in the fewest references,
+and counted once. Besides ordinary references (attributes, items, closures,
+frames) it follows the autograd graph: a tensor's ``grad_fn``, the tensors
+each node saved for backward, and the nodes it leads to. What a graph saved is
+counted apart, since that is the memory a forward pass without backward leaves
+behind.
 
 The walk never calls user code on purpose: it reads ``__dict__`` and slots
 through ``object.__getattribute__`` and member descriptors, skips modules,
 classes (except the script's own) and functions' globals, and bounds itself by
 depth and node count.
 
-Then two more passes, each bounded in its own module: the back search
-(:mod:`~oomlab.tools.hunt.backsearch`) names the owners of the device storages
-no root reached and hands them back to the walk as roots of their own; and the
-graph in flight (:mod:`~oomlab.tools.hunt.inflight`) takes what the failing
-forward or backward pass saved away from whichever name reached it first.
+This module is the walker alone: :class:`Walk` keeps, for every object it
+reached, the reference it came by (so any path can be written back, in the
+notation of :mod:`~oomlab.tools.hunt.paths`) and, for every storage, the root
+that claimed it. What counts as model state is decided before it starts
+(:mod:`~oomlab.tools.hunt.state`); the passes that run it and turn its claims
+into one row per holder are :func:`~oomlab.tools.hunt.holders.find_holders`'s.
 
 Device-agnostic and torch-free at import: tensors are recognised through the
 torch the caller hands over (or the one the process has already imported), so
@@ -31,42 +33,21 @@ import collections
 import contextlib
 import functools
 import gc
-import os
 import sys
 import threading
 import types
-import warnings
 import weakref
 
-from oomlab.frames import is_learner, is_script
-from oomlab.tools.hunt import backsearch, inflight
-from oomlab.tools.hunt.paths import frame_locals, func_name, join_path, key_label, place, reads_locals, root_expr, short_file
+from oomlab.tools.hunt.paths import frame_locals, func_name, join_path, key_label, place, reads_locals
 
-__all__ = [
-    "CONTEXT_ROOT",
-    "CYCLE",
-    "IN_FLIGHT",
-    "IN_FLIGHT_GRAPH",
-    "STATE",
-    "Roots",
-    "find_holders",
-    "model_state_ids",
-    "roots_from",
-    "roots_from_stack",
-]
+__all__ = ["LEAVES", "MAX_DEPTH", "MAX_NODES", "Walk", "storage_key", "storage_object_key"]
 
 MAX_DEPTH = 12  # ordinary references from a root; autograd edges do not count
 MAX_NODES = 200_000
 
-# Labels a holder can carry, and the name of one root, that the verdict reads.
-STATE = "model/optimizer state"
-CYCLE = "cycle"
-IN_FLIGHT = "in flight"  # the call that was running when the script stopped: its library frames, and its graph
-IN_FLIGHT_GRAPH = "the autograd graph of the {phase} in flight when the script stopped"
-CONTEXT_ROOT = "exception 'exc.__context__' being handled when the script failed"
-
 # Objects that cannot hold a tensor (or that the walk must not enter: modules, classes, code).
-_LEAVES = (
+# model_state_ids (state.py) skips them too, looking for models and optimizers.
+LEAVES = (
     type(None),
     bool,
     int,
@@ -94,43 +75,21 @@ _LEAVES = (
 )
 
 
-class Roots(dict):
-    """``{name: object}`` starting points, plus which names are frames of the call that was running.
+def storage_key(tensor):
+    """``(device, data_ptr)`` and byte size of a tensor's storage; ``None`` if it has none we can read.
 
-    ``in_flight`` names the locals of library frames below the script's own
-    frames when it failed (``Linear.forward() local 'input'``): the operation in
-    progress, not something kept from earlier.
+    Storages, not tensors, are what the walk counts: a view and its base share
+    one, and the memory is there once however many tensors look at it.
     """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.in_flight: set[str] = set()
-
-
-class _IdSet(set):
-    """A set of ``id()`` values that also keeps the objects alive, so no id can be reused by another object."""
-
-    def __init__(self):
-        super().__init__()
-        self.keep: list = []
-
-    def add_object(self, obj) -> None:
-        if id(obj) not in self:
-            self.add(id(obj))
-            self.keep.append(obj)
-
-
-def _storage_key(tensor):
-    """``(device, data_ptr)`` and byte size of a tensor's storage; ``None`` if it has none we can read."""
     try:
         storage = tensor.untyped_storage()
     except Exception:  # sparse, meta, fake and other storage-less tensors hold nothing we can attribute
         return None, 0
-    return _storage_object_key(storage)
+    return storage_object_key(storage)
 
 
-def _storage_object_key(storage):
-    """:func:`_storage_key` of a storage object itself (``tensor.untyped_storage()`` kept on its own)."""
+def storage_object_key(storage):
+    """:func:`storage_key` of a storage object itself (``tensor.untyped_storage()`` kept on its own)."""
     try:
         ptr, nbytes, device = storage.data_ptr(), storage.nbytes(), storage.device
     except Exception:  # a storage without data (meta) or of a kind we cannot read
@@ -140,19 +99,19 @@ def _storage_object_key(storage):
     return (str(device), ptr), int(nbytes)
 
 
-class _Walk:
+class Walk:
     """Breadth-first walk from every root at once: each storage goes to the root that reaches it first."""
 
     def __init__(self, torch, device_type, exclude, skip, max_depth, max_nodes, saved_hooks_hidden):
         self.torch = torch
         self.device_type = device_type
         self.exclude = exclude
-        self.orphans = getattr(exclude, "orphans", ())  # an optimizer's parameters no module holds (model_state_ids)
+        self.orphans = getattr(exclude, "orphans", ())  # an optimizer's parameters no module holds (state.py)
         self.skip = set(skip)
         self.max_depth = max_depth
         self.max_nodes = max_nodes
         self.Node = getattr(getattr(torch.autograd, "graph", None), "Node", None)
-        self.leaves = _LEAVES + (torch.device, torch.dtype, torch.Size, torch.Generator)
+        self.leaves = LEAVES + (torch.device, torch.dtype, torch.Size, torch.Generator)
         self.slot_cache: dict[type, list] = {}
         self.saved_cache: dict[type, list] = {}
         self.seen: dict[int, object] = {}  # keeps every visited object (and unpacked saved tensor) alive
@@ -177,7 +136,7 @@ class _Walk:
         # A module's namespace is reachable through builtin methods and frames: never enter one.
         self.skip.update(id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, types.ModuleType))
 
-    # -- roots
+    # -- roots (the names storages are credited to; where they come from is roots.py's)
     def add_root(self, name: str, obj, kind: str = "", label: str = "") -> int:
         """Register a root (a name the walk credits storages to); its index."""
         index = len(self.names)
@@ -194,30 +153,6 @@ class _Walk:
         if id(obj) not in self.seen:
             self.seen[id(obj)] = obj
             self.parent[id(obj)] = (parent_id, label, root)
-
-    def unreached(self) -> dict:
-        """``{storage key: (bytes, [objects])}``: live tensors and storage objects on the device that no root reached.
-
-        Largest storages first, at most :data:`backsearch.MAX_TARGETS` of them;
-        one ``gc.get_objects()`` pass.
-        """
-        groups: dict = {}
-        tensor, storage = self.torch.Tensor, self.Storage
-        obj = None
-        for obj in gc.get_objects():
-            kind = type(obj)  # not isinstance(): a proxy's __class__ could run code, or raise
-            if issubclass(kind, tensor):
-                key, nbytes = _storage_key(obj)
-            elif storage is not None and issubclass(kind, storage):
-                key, nbytes = _storage_object_key(obj)
-            else:
-                continue
-            if key is None or key in self.claims or id(obj) in self.skip or key[0].split(":")[0] != self.device_type:
-                continue
-            groups.setdefault(key, (nbytes, []))[1].append(obj)
-        obj = None  # the loop's last object: no reference of ours may outlive the pass
-        largest = sorted(groups, key=lambda k: -groups[k][0])[: backsearch.MAX_TARGETS]
-        return {key: groups[key] for key in largest}
 
     # -- queueing
     def push(self, obj, parent_id, label, root, depth, entry, graph=False):
@@ -264,7 +199,7 @@ class _Walk:
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj, oid, root, depth, entry)
         if self.Storage is not None and isinstance(obj, self.Storage):
-            return self.claim(_storage_object_key(obj), oid, root, entry, state=False)
+            return self.claim(storage_object_key(obj), oid, root, entry, state=False)
         if self.Node is not None and isinstance(obj, self.Node):
             return self.node(obj, oid, root, depth, entry)
         if isinstance(obj, torch.nn.Module):
@@ -407,7 +342,7 @@ class _Walk:
         return self.slot_cache[cls]
 
     def claim(self, found, oid, root, entry, state) -> None:
-        """Credit a storage (``(key, nbytes)`` from :func:`_storage_key`) to ``root``, unless a root reached it first."""
+        """Credit a storage (``(key, nbytes)`` from :func:`storage_key`) to ``root``, unless a root reached it first."""
         key, nbytes = found
         if key is None or key[0].split(":")[0] != self.device_type:
             return
@@ -417,10 +352,10 @@ class _Walk:
             self.claims[key] = [root, oid, entry, nbytes]
 
     def tensor(self, t, oid, root, depth, entry):
-        # A parameter is model state, unless it is an optimizer's that no module holds any more (see model_state_ids).
+        # A parameter is model state, unless it is an optimizer's that no module holds any more (see state.py).
         state = oid in self.exclude or (isinstance(t, self.torch.nn.Parameter) and oid not in self.orphans)
         if t.device.type == self.device_type and not t.is_meta:
-            self.claim(_storage_key(t), oid, root, entry, state)
+            self.claim(storage_key(t), oid, root, entry, state)
         grad_fn = t.grad_fn
         if grad_fn is not None:
             self.push(grad_fn, oid, ".grad_fn", root, depth, entry if entry is not None else id(grad_fn), graph=True)
@@ -428,7 +363,7 @@ class _Walk:
             grad = t.grad
             if grad is not None:
                 if state and grad.device.type == self.device_type:
-                    key, _ = _storage_key(grad)
+                    key, _ = storage_key(grad)
                     if key is not None:
                         self.state_keys.add(key)  # a parameter's gradient is model state too
                 self.push(grad, oid, ".grad", root, depth + 1, entry)
@@ -490,554 +425,3 @@ class _Walk:
             oid, label, _ = self.parent[oid]
             labels.append(label)
         return join_path(labels[::-1])
-
-
-def _collect_cyclic_garbage() -> list:
-    """The objects the garbage collector would free now, without freeing them.
-
-    ``DEBUG_SAVEALL`` makes a collection append what it found to ``gc.garbage``
-    instead of freeing it; we take those objects back out, so once our list is
-    dropped they are unreachable cyclic garbage again, exactly as before.
-    """
-    flags, before = gc.get_debug(), len(gc.garbage)
-    try:
-        gc.set_debug(flags | gc.DEBUG_SAVEALL)
-        gc.collect()
-        found = gc.garbage[before:]
-        del gc.garbage[before:]
-    finally:
-        gc.set_debug(flags)
-    return found
-
-
-def _cycle_name(objects: list, torch) -> str:
-    counts = collections.Counter(
-        type(o).__name__
-        for o in objects
-        if not isinstance(o, (dict, list, tuple, set, types.CellType, types.FunctionType, torch.Tensor))
-    ) or collections.Counter(type(o).__name__ for o in objects)
-    parts = [f"{n} {name}" for name, n in counts.most_common(3)]
-    return f"reference cycle ({', '.join(parts)})"
-
-
-def find_holders(
-    roots: dict,
-    *,
-    device_type: str = "cuda",
-    exclude: set = frozenset(),
-    skip: set = frozenset(),
-    cycles: bool = True,
-    saved_hooks_hidden: bool = False,
-    back_search: bool = True,
-    since_sequence: int | None = None,
-    max_depth: int = MAX_DEPTH,
-    max_nodes: int = MAX_NODES,
-    report: dict | None = None,
-    torch=None,
-) -> list[dict]:
-    """Attribute every ``device_type`` tensor storage reachable from ``roots`` to one root.
-
-    Args:
-        roots: ``{name: object}``, e.g. ``{"evaluate() local 'losses' (train.py:40)": losses}``.
-            The walk starts from all of them at once, so a storage shared by two
-            roots goes to the one that reaches it in fewer references (the
-            earlier root on a tie): each storage is counted once. Names in
-            ``roots.in_flight`` (a :class:`Roots`) are walked after all others.
-        device_type: only storages on this device type count (``"cpu"`` in tests).
-        exclude: ``id()`` of tensors that are model/optimizer state (see
-            :func:`model_state_ids`); their storages (and parameters' gradients,
-            and any ``nn.Parameter``) count as ``state_bytes``, not as a culprit.
-        skip: ``id()`` of objects never to enter.
-        cycles: also ask the garbage collector which objects only a reference
-            cycle keeps alive, and report what they hold as one more holder.
-        saved_hooks_hidden: the script packed saved tensors with
-            ``saved_tensors_hooks`` and this torch cannot tell which values they
-            packed (no ``SavedTensor.unpack_hook``): read no saved value at all,
-            since reading one would run the script's unpack hook.
-        back_search: after the walk, search back from every live storage on
-            the device that no root reached to an object that can be named
-            (see :mod:`~oomlab.tools.hunt.backsearch`): a module global, a
-            class attribute, an entry of an ``lru_cache``. What it explains is
-            credited to that name; what it cannot, goes into ``report``.
-        since_sequence: the autograd sequence number at the last optimizer
-            step (:func:`~oomlab.tools.hunt.inflight.next_sequence_nr`), or
-            None. It tells the graph in flight (made by the step in progress)
-            from graphs kept since earlier steps; see
-            :mod:`~oomlab.tools.hunt.inflight`.
-        report: if given, filled with what the walk itself saw (nodes,
-            truncated, unreadable saved tensors, ``in_flight``: the phase of
-            the graph in flight or ""), and with the back search's figures
-            (``back_search``) and what it left unexplained (``unexplained``,
-            ``[{owner, bytes, storages}]``).
-        torch: the module that tells tensors apart; by default the one this
-            process imported. Without one no tensor exists, and nothing is held.
-
-    Returns:
-        One dict per root (and per cycle) that holds any such storage, largest
-        ``bytes`` first, with ``name``, ``type``, ``bytes`` (all it holds),
-        ``state_bytes``, ``direct_bytes`` (plain references), ``graph_bytes``
-        (saved by autograd graphs), ``tensors`` and ``saved_tensors`` (storages
-        behind those), ``graphs`` (graphs that keep saved tensors),
-        ``step_graph_bytes`` (what of ``graph_bytes`` nodes made since
-        ``since_sequence`` saved), ``largest_path`` and ``largest_bytes``,
-        ``tensor_root``, ``back_searched`` (a root only the back search
-        found) and ``label``. The graph in flight, when the failing
-        call's frames hold one, is a holder of its own labelled ``IN_FLIGHT``.
-    """
-    torch = torch or sys.modules.get("torch")
-    if torch is None:
-        return []
-    walk = _Walk(torch, device_type, exclude, skip, max_depth, max_nodes, saved_hooks_hidden)
-    names = list(roots)
-    for name in names:
-        walk.add_root(name, roots[name])
-    found = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # reading attributes must not print into the learner's output
-        # The call in progress (library frames) goes last, so what a script name also holds is credited to it.
-        in_flight = getattr(roots, "in_flight", set())
-        for wave in (False, True):
-            for index, name in enumerate(names):
-                if (name in in_flight) == wave:
-                    walk.push(roots[name], None, root_expr(name), index, 0, None)
-            walk.run()
-        if cycles and not walk.truncated:
-            _walk_cycles(walk)
-        if back_search and not walk.truncated:
-            found = _search_back(walk, ignore={id(roots), id(getattr(exclude, "keep", None)), *skip})
-        phase = _split_in_flight(walk, {n: roots[n] for n in names if n in in_flight}, since_sequence)
-        holders = _aggregate(walk, since_sequence)
-    if report is not None:
-        report.update(
-            nodes=len(walk.seen),
-            truncated=walk.truncated,
-            depth_limited=walk.depth_limited,
-            unreadable_saved=walk.unreadable_saved,
-            packed_saved=walk.packed_saved,
-            in_flight=phase,
-        )
-        if found is not None:
-            report.update(back_search=found.stats, unexplained=found.unexplained)
-    return holders
-
-
-def _walk_cycles(walk: _Walk) -> None:
-    """Credit what only reference cycles keep alive to one more holder, the cycle."""
-    garbage = _collect_cyclic_garbage()
-    if not garbage:
-        return
-    index = walk.add_root(_cycle_name(garbage, walk.torch), None, kind="cycle", label=CYCLE)
-    walk.only = {id(o) for o in garbage}
-    # Start from the objects that hold things, then the dicts and tensors nothing in the
-    # cycle led to: a tensor is then named by the attribute that holds it.
-    for wave in (lambda o: not isinstance(o, (walk.torch.Tensor, dict)), lambda o: isinstance(o, dict), None):
-        for obj in garbage:
-            if wave is None or wave(obj):
-                walk.push(obj, None, f"<{type(obj).__name__} in cycle>", index, 0, None)
-        walk.run()
-    walk.only = None
-
-
-class _BackSearch:
-    """What :func:`_search_back` found: its figures, and what it could not name (``[{owner, bytes, storages}]``)."""
-
-    def __init__(self, stats: dict, unexplained: list):
-        self.stats, self.unexplained = stats, unexplained
-
-
-def _search_back(walk: _Walk, ignore: set) -> _BackSearch | None:
-    """Name the owners of the device storages the walk did not reach (see :mod:`~oomlab.tools.hunt.backsearch`).
-
-    Each target the search explains is handed back to the walk under the root
-    its chain arrived at (a root of the walk's, or a module global, class
-    attribute or frame local that becomes one), so its storage is claimed there
-    and its autograd graph followed like any other.
-    """
-    groups = walk.unreached()
-    if not groups:
-        return None
-    targets = [obj for _, objs in groups.values() for obj in objs]
-    found = backsearch.search(targets, reached=walk.seen, ignore=ignore | {id(groups), id(targets)}, torch=walk.torch)
-    new_roots: dict[str, int] = {}
-    for target, arrival, hops in found.explained:
-        if arrival.reached is not None:
-            above = id(arrival.reached)
-            root = walk.parent[above][2]
-        else:
-            root = new_roots.get(arrival.name)
-            if root is None:
-                root = new_roots[arrival.name] = walk.add_root(arrival.name, arrival.obj)
-                walk.back_searched.add(root)
-            if not hops:  # the name refers to the target itself
-                walk.push(target, None, arrival.expr, root, 0, None)
-                continue
-            above = id(arrival.obj)
-            walk.adopt(arrival.obj, None, arrival.expr, root)
-        for obj, label in hops[:-1]:
-            walk.adopt(obj, above, label, root)
-            above = id(obj)
-        walk.push(target, above, hops[-1][1], root, 1, None)
-    walk.run()
-    unexplained: dict[str, list] = {}
-    counted: set = set()  # a storage is unexplained once, under the first owner met, however many tensors view it
-    for target, owner in found.unexplained:
-        key, nbytes = _storage_key(target) if isinstance(target, walk.torch.Tensor) else _storage_object_key(target)
-        if key in walk.claims or key in counted:
-            continue  # claimed after all (another object of the same storage, or a graph the walk then followed)
-        counted.add(key)
-        keys, total = unexplained.get(owner, (set(), 0))
-        unexplained[owner] = (keys | {key}, total + nbytes)
-    stats = {
-        "targets": len(groups),
-        "explained": len(groups) - len(counted),
-        "levels": found.levels,
-        "objects": found.nodes,
-        "stopped": found.truncated,
-        "seconds": found.seconds,
-    }
-    rows = [{"owner": owner, "bytes": total, "storages": len(keys)} for owner, (keys, total) in unexplained.items()]
-    return _BackSearch(stats, sorted(rows, key=lambda r: -r["bytes"]))
-
-
-def _split_in_flight(walk: _Walk, frames: dict, since: int | None) -> str:
-    """Move what the graph in flight saved to a holder of its own (see :mod:`~oomlab.tools.hunt.inflight`).
-
-    Returns the phase of the graph in flight (forward or backward pass), or ""
-    when the failing call's frames hold no graph made since ``since``.
-
-    ``frames`` are the failing call's library frames' locals (``{root name: value}``); ``since`` the
-    sequence number autograd had reached at the last optimizer step. Whichever
-    root reached a saved tensor first, if the node that saved it is part of the
-    graph in flight the bytes go to that graph: never to ``loss``, whose
-    backward was running.
-    """
-    if not frames:
-        return ""
-    nodes = inflight.graph_nodes(frames.values(), walk.torch, since)
-    node_ids = {id(node) for node in nodes}
-    phase = inflight.phase(frames)
-    moved = [
-        claim
-        for key, claim in walk.claims.items()
-        if claim[2] is not None and key not in walk.state_keys and walk.parent[claim[1]][0] in node_ids
-    ]
-    if not moved:
-        return phase if nodes else ""  # a graph in flight whose every saved tensor a name also holds
-    index = walk.add_root(IN_FLIGHT_GRAPH.format(phase=phase), None, kind="graph", label=IN_FLIGHT)
-    for claim in moved:
-        claim[0] = index
-    del nodes
-    return phase
-
-
-def _aggregate(walk: _Walk, since: int | None) -> list[dict]:
-    """One row per root from the walk's claims; ``since`` (a sequence number) tells this step's graphs from older ones."""
-    rows = {}
-    sequence_of: dict[int, int | None] = {}  # node id -> its sequence number, read once
-    for key, (root, tid, entry, nbytes) in walk.claims.items():
-        row = rows.setdefault(
-            root,
-            {
-                "bytes": 0,
-                "state_bytes": 0,
-                "direct_bytes": 0,
-                "graph_bytes": 0,
-                "tensors": 0,
-                "saved_tensors": 0,
-                "graph_ids": set(),
-                "step_graph_bytes": 0,
-                "own": [],  # (bytes, id) of each tensor that is not state, in the walk's order
-                "largest_state": (0, None),
-            },
-        )
-        row["bytes"] += nbytes
-        if key in walk.state_keys:
-            row["state_bytes"] += nbytes
-            row["largest_state"] = max(row["largest_state"], (nbytes, tid), key=lambda x: x[0])
-            continue
-        if entry is None:
-            row["direct_bytes"] += nbytes
-            row["tensors"] += 1
-        else:
-            row["graph_bytes"] += nbytes
-            row["saved_tensors"] += 1
-            row["graph_ids"].add(entry)
-            node = walk.parent[tid][0]
-            if since is not None and node is not None:
-                if node not in sequence_of:
-                    sequence_of[node] = inflight.sequence_nr(walk.seen[node])
-                number = sequence_of[node]
-                if number is not None and number >= since:
-                    row["step_graph_bytes"] += nbytes  # saved by a node this step made
-        row["own"].append((nbytes, tid))
-    holders = []
-    for root, row in rows.items():
-        # The first of the largest, in the walk's order; state only where the holder holds no byte of its own.
-        largest = max(row["own"], key=lambda x: x[0], default=(0, None))
-        largest_bytes, tid = largest if largest[0] else row["largest_state"]
-        tid = _on_the_heaviest_branch(walk, row["own"], largest_bytes) or tid
-        only_state = row["state_bytes"] == row["bytes"]
-        holders.append(
-            {
-                "name": walk.names[root],
-                "type": walk.root_types[root],
-                "bytes": row["bytes"],
-                "state_bytes": row["state_bytes"],
-                "direct_bytes": row["direct_bytes"],
-                "graph_bytes": row["graph_bytes"],
-                "step_graph_bytes": row["step_graph_bytes"],
-                "tensors": row["tensors"],
-                "saved_tensors": row["saved_tensors"],
-                "graphs": len(row["graph_ids"]),
-                "largest_path": walk.path(tid) if tid is not None else "",
-                "largest_bytes": largest_bytes,
-                "tensor_root": root in walk.tensor_roots,
-                "back_searched": root in walk.back_searched,
-                "label": walk.labels.get(root) or (STATE if only_state else ""),
-            }
-        )
-    holders.sort(key=lambda h: (-h["bytes"], h["name"]))
-    return holders
-
-
-def _on_the_heaviest_branch(walk: _Walk, own: list[tuple[int, int]], largest: int) -> int | None:
-    """Of a holder's largest tensors (``(bytes, id)`` in ``own``), the one down the branch that holds the most.
-
-    Leaked tensors are often the size of the step's own: a generator's
-    ``window`` of batches beside the ``batch`` it yields, a list of logits beside
-    this step's logits. The path shown is to a largest tensor, so where several
-    are as large, it goes down the references that keep the most bytes, and
-    shows the leak rather than the step. None when there is no tie to break.
-    """
-    tied = [tid for nbytes, tid in own if nbytes == largest]
-    if len(tied) < 2:
-        return None
-    weight: dict[int, int] = {}
-    for nbytes, tid in own:
-        node = tid
-        while node is not None:
-            weight[node] = weight.get(node, 0) + nbytes
-            node = walk.parent[node][0]
-
-    def branch(tid: int) -> tuple:
-        chain = []
-        node = tid
-        while node is not None:
-            chain.append(weight[node])
-            node = walk.parent[node][0]
-        return tuple(reversed(chain))
-
-    return max(tied, key=branch)  # the first of equals: the walk's own order
-
-
-# --------------------------------------------------------------------------- where the walk starts
-
-
-def _global_roots(namespace: dict, suffix: str = "") -> dict:
-    roots = {}
-    for name, value in list(namespace.items()):
-        if name.startswith("__") and name.endswith("__"):
-            continue
-        if isinstance(value, types.ModuleType) or (isinstance(value, type) and value.__module__ != "__main__"):
-            continue
-        roots[f"global {name!r}{suffix}"] = value
-    return roots
-
-
-def _frame_roots(frames: list, script_path, *, library: bool = True) -> tuple[dict, dict, dict]:
-    """Locals of learner frames (innermost first), their globals, and the in-flight library frames' locals.
-
-    ``frames`` is outermost first, as ``(frame, line)``. Everything below the
-    first learner frame is the call in progress: library frames there are
-    "in flight" (read only with ``library=True``).
-    """
-    script = os.fspath(script_path)
-    first = next((i for i, (f, _) in enumerate(frames) if is_learner(f.f_code.co_filename, script)), None)
-    if first is None:
-        return {}, {}, {}
-    locals_, globals_, in_flight, in_flight_names = {}, {}, {}, set()
-    main_globals = None
-    for frame, line in reversed(frames[first:]):
-        code = frame.f_code
-        learner = is_learner(code.co_filename, script)
-        if learner and is_script(code.co_filename, script):
-            main_globals = frame.f_globals
-        if not reads_locals(frame) or not (learner or library):
-            continue
-        where = place(code, line)
-        for name, value in frame_locals(frame):
-            root = f"{func_name(code)}() local {name!r} ({where})"
-            if learner:
-                locals_[root] = value
-            else:
-                in_flight[root] = value
-                in_flight_names.add(root)
-    if main_globals is not None:
-        globals_.update(_global_roots(main_globals))
-    for frame, _ in frames[first:]:  # helper modules next to the script
-        if is_learner(frame.f_code.co_filename, script) and frame.f_globals is not main_globals:
-            for name, value in _global_roots(frame.f_globals, f" ({short_file(frame.f_code.co_filename)})").items():
-                globals_.setdefault(name, value)
-    return locals_, globals_, {"library": in_flight, "in_flight": in_flight_names}
-
-
-def _hook_roots() -> dict:
-    """``torch.nn.modules.module``'s global hook dicts: hooks registered for every module."""
-    module = sys.modules.get("torch.nn.modules.module")
-    roots = {}
-    for name, value in sorted(vars(module).items()) if module else ():
-        if name.startswith("_global_") and name.endswith("hooks") and isinstance(value, dict) and value:
-            roots[f"torch.nn global hooks {name!r}"] = value
-    return roots
-
-
-def _assemble(locals_, globals_, extra, script_globals=None, exc=None) -> Roots:
-    roots = Roots(locals_)
-    if script_globals is not None:
-        roots.update({k: v for k, v in _global_roots(script_globals).items() if k not in roots})
-    for name, value in globals_.items():
-        roots.setdefault(name, value)
-    for name, value in extra.get("library", {}).items():
-        roots.setdefault(name, value)
-    roots.in_flight = set(extra.get("in_flight", ()))
-    roots.update(_hook_roots())
-    # An exception raised while handling another (an OOM-retry loop) keeps the first one as its
-    # context, and the first one's traceback keeps the frames of the failed attempt, batch and all.
-    context = exc.__context__ if exc is not None else None
-    if context is not None:
-        roots[CONTEXT_ROOT] = context
-    last = getattr(sys, "last_value", None)
-    if last is not None and last is not exc:
-        roots["sys.last_value"] = last
-    return roots
-
-
-def roots_from(exc: BaseException | None, script_globals: dict | None, script_path) -> Roots:
-    """Named starting points for the walk when the script stopped.
-
-    From ``exc``'s traceback: the locals of every frame from the script's first
-    frame down to where it raised, named ``"evaluate() local 'losses'
-    (train.py:40)"`` with the line each frame was at (library frames below the
-    script are listed in ``.in_flight``); the script's globals, named ``"global
-    'x'"`` (from ``script_globals`` if given, else from the frames); torch's
-    global module hooks; the exception that was being handled when ``exc`` was
-    raised (``exc.__context__``: an OOM-retry loop's first failure, whose
-    traceback keeps the failed attempt's frames); and ``sys.last_value`` when
-    it is another exception.
-    """
-    frames = []
-    tb = exc.__traceback__ if exc is not None else None
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    locals_, globals_, extra = _frame_roots(frames, script_path) if frames else ({}, {}, {})
-    return _assemble(locals_, globals_, extra or {}, script_globals, exc)
-
-
-def roots_from_stack(frame, script_path) -> Roots:
-    """Named starting points from a live stack (``sys._getframe()``), for a baseline taken mid-run.
-
-    Only the script's frames and globals: the library frames on the stack then
-    are the optimizer's own step.
-    """
-    frames = []
-    while frame is not None:
-        frames.append((frame, frame.f_lineno))
-        frame = frame.f_back
-    frames.reverse()
-    locals_, globals_, _ = _frame_roots(frames, script_path, library=False)
-    return _assemble(locals_, globals_, {})
-
-
-def model_state_ids(objs, torch=None) -> set:
-    """``id()`` of parameters, their gradients, buffers and optimizer state among ``objs``.
-
-    Modules and ``torch.optim.Optimizer`` instances are found in ``objs``, in
-    containers and in object attributes a few levels down. The returned set
-    keeps the tensors alive, so the ids stay theirs while it lives. ``torch``
-    is as for :func:`find_holders`.
-
-    An optimizer can outlive the modules it was made for: a head replaced by a
-    new one, with the new head's parameters added as another param group,
-    leaves the old head's parameters and their moments in the optimizer,
-    trained by nothing. So where modules were found, an ``nn.Parameter`` of an
-    optimizer that none of them holds is not model state: its id goes into the
-    set's ``orphans`` (kept alive too), and neither it nor its optimizer state
-    goes into the set. A tensor that is not an ``nn.Parameter`` (``opt =
-    SGD([w])`` on a bare tensor) has no module to belong to, so it is state.
-    """
-    ids = _IdSet()
-    ids.orphans = _IdSet()
-    torch = torch or sys.modules.get("torch")
-    if torch is None:
-        return ids
-    seen: set[int] = set()
-    stack = [(obj, 0) for obj in objs]
-    module_params: set[int] = set()
-    optimizers = []
-
-    def add_param(p):
-        ids.add_object(p)
-        if getattr(p, "grad", None) is not None:
-            ids.add_object(p.grad)
-
-    while stack:
-        obj, depth = stack.pop()
-        if id(obj) in seen or isinstance(obj, _LEAVES):
-            continue
-        seen.add(id(obj))
-        try:
-            if isinstance(obj, torch.nn.Module):
-                for p in obj.parameters():
-                    module_params.add(id(p))
-                    add_param(p)
-                for b in obj.buffers():
-                    ids.add_object(b)
-                continue
-            if isinstance(obj, torch.optim.Optimizer):
-                optimizers.append(obj)
-                continue
-            if depth >= 4 or isinstance(obj, torch.Tensor):
-                continue
-            if isinstance(obj, dict):
-                stack.extend((v, depth + 1) for v in list(dict.values(obj)))
-            elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
-                stack.extend((v, depth + 1) for v in list(obj))
-            else:
-                namespace = object.__getattribute__(obj, "__dict__")
-                if isinstance(namespace, dict):
-                    stack.extend((v, depth + 1) for v in list(dict.values(namespace)))
-        except Exception:
-            continue
-    for optimizer in optimizers:
-        try:
-            _optimizer_state(optimizer, torch, ids, add_param, module_params)
-        except Exception:
-            continue
-    return ids
-
-
-def _optimizer_state(optimizer, torch, ids: _IdSet, add_param, module_params: set[int]) -> None:
-    """Add ``optimizer``'s parameters and their state to ``ids``, its orphaned parameters to ``ids.orphans``."""
-
-    def orphaned(p) -> bool:
-        return bool(module_params) and isinstance(p, torch.nn.Parameter) and id(p) not in module_params
-
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if orphaned(p):
-                ids.orphans.add_object(p)
-            else:
-                add_param(p)
-    for p, state in list(optimizer.state.items()):
-        if orphaned(p):
-            continue
-        pending = list(state.values()) if isinstance(state, dict) else [state]
-        while pending:
-            value = pending.pop()
-            if isinstance(value, torch.Tensor):
-                ids.add_object(value)
-            elif isinstance(value, (list, tuple)):
-                pending.extend(value)
-            elif isinstance(value, dict):
-                pending.extend(value.values())
