@@ -5,10 +5,13 @@ from __future__ import annotations
 from oomlab.bench import merge
 
 
-def row(ex_id: str, created: str, recheck: float = 1.0, check_over: float = 1.0, diagnose: float = 1.5) -> dict:
+def row(
+    ex_id: str, created: str, recheck: float = 1.0, check_over: float = 1.0, diagnose: float = 1.5, check: float = 7.0
+) -> dict:
     return {
         "id": ex_id,
         "created": created,
+        "check_cold_s": check,
         "recheck_warm_s": recheck,
         "check_cold_minus_plain_s": check_over,
         "diagnose_vs_plain_bug": diagnose,
@@ -25,18 +28,25 @@ def test_rows_timed_now_replace_theirs_and_the_others_keep_their_date():
         "recheck_warm_under_2_s": True,
         "check_cold_within_plain_plus_1_5_s": True,
         "diagnose_within_2x_plain": True,
+        "check_under_15_s": True,
     }
 
 
 def test_a_target_missed_by_any_row_is_missed_and_verify_keeps_its_own_sitting():
-    earlier = {"verify_wall_s": 26.8, "verify_created": "monday", "exercises": [row("a", "monday", recheck=2.5)]}
+    earlier = {
+        "verify_wall_s": 206.8,
+        "verify_vs_floor": 1.18,
+        "verify_created": "monday",
+        "exercises": [row("a", "monday", recheck=2.5)],
+    }
     merged = merge(earlier, {"created": "tuesday", "exercises": [row("b", "tuesday", diagnose=2.4)]})
     assert merged["verify_created"] == "monday"
     assert merged["targets"] == {
         "recheck_warm_under_2_s": False,
         "check_cold_within_plain_plus_1_5_s": True,
         "diagnose_within_2x_plain": False,
-        "verify_under_30_s": True,
+        "verify_within_1_2x_floor": True,
+        "check_under_15_s": True,
     }
     assert merge(None, {"exercises": [row("a", "x")]})["exercises"][0]["id"] == "a"
 
@@ -48,6 +58,39 @@ def test_a_script_row_counts_towards_the_diagnose_target_and_scripts_merge_like_
     again = merge(merged, {"created": "tuesday", "scripts": [{**script, "created": "tuesday", "diagnose_vs_plain": 1.4}]})
     assert [r["created"] for r in again["scripts"]] == ["tuesday"] and again["targets"]["diagnose_within_2x_plain"] is True
     assert [r["id"] for r in again["exercises"]] == ["a"]
+
+
+def test_a_checks_only_row_counts_towards_the_check_target_alone():
+    merged = merge(
+        {"exercises": [row("a", "monday")]}, {"created": "tuesday", "exercises": [{"id": "slow", "check_cold_s": 34.2}]}
+    )
+    assert merged["targets"] == {
+        "recheck_warm_under_2_s": True,
+        "check_cold_within_plain_plus_1_5_s": True,
+        "diagnose_within_2x_plain": True,
+        "check_under_15_s": False,
+    }
+
+
+def test_the_verify_row_says_how_near_its_floor_the_truth_check_ran():
+    from oomlab.bench import verify_row
+
+    def run(wall):
+        return {"wall_s": wall}
+
+    report = {
+        "runs": 5,
+        "jobs": 2,
+        "exercises": [
+            {"solution": run(4.0), "buggy": run(30.0), "wrong_fixes": [run(2.0)], "alternatives": [], "cheats": [run(None)]},
+            {"solution": run(1.0), "buggy": run(1.0), "cheats": []},
+        ],
+    }
+    row = verify_row(report, 36.0)
+    # runs 4 + 30 + 2 + 0 + 1 + 1, and the references at their fixes' 4 + 1: 43 s over 2 slots is 21.5 s < the 30 s run
+    assert (row["verify_runs_sum_s"], row["verify_longest_run_s"], row["verify_floor_s"]) == (43.0, 30.0, 30.0)
+    assert row["verify_vs_floor"] == 1.2 and row["verify_parallel"] == 2
+    assert verify_row({**report, "jobs": 1}, 43.0)["verify_floor_s"] == 43.0, "one slot: the floor is the sum"
 
 
 # --------------------------------------------------------------------------- the tools' own costs on the site

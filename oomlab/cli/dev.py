@@ -190,6 +190,9 @@ def side_by_side(row: dict, key: str) -> str:
 @dev_app.command()
 def equivalence(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the table (default: {reports.EQUIVALENCE})"),
+    checks_only: bool = typer.Option(
+        False, "--checks-only", help="of each exercise, time only `oomlab check` of its reference fix, the reference cached"
+    ),
     verify_json: Optional[Path] = typer.Option(
         None, "--verify-json", help="also write the truth check of the forked runs here (what `verify` writes)"
     ),
@@ -332,6 +335,12 @@ def bench(
         None, "--witness-exercise", help="the exercise whose reference fix --witness runs (repeatable; default: the first three)"
     ),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {reports.SPEED})"),
+    checks_only: bool = typer.Option(
+        False, "--checks-only", help="of each exercise, time only `oomlab check` of its reference fix, the reference cached"
+    ),
+    verify_json: Optional[Path] = typer.Option(
+        None, "--verify-json", help=f"with --verify, also keep the truth check's report here (as {reports.VERIFY})"
+    ),
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
 
@@ -357,6 +366,8 @@ def bench(
             big_snapshot_events=big_snapshot_events,
             witness_runs=witness_runs,
             witness_exercises=witness_exercise,
+            verify_json=verify_json.resolve() if verify_json else None,
+            checks_only=checks_only,
         ):
             report = merge(report, now)
             write_atomic(path, json.dumps(report, indent=2) + "\n")
@@ -370,7 +381,10 @@ def bench(
         table.add_row(row["id"], *(f"{row[k]:.2f}" if k in row else "" for k in keys))
     console.print(table)
     if "verify_wall_s" in report:
-        console.print(f"oomlab dev verify: {report['verify_wall_s']} s ({report['verify_created']})")
+        console.print(
+            f"oomlab dev verify: {report['verify_wall_s']} s, {report.get('verify_vs_floor', '?')}x its floor of "
+            f"{report.get('verify_floor_s', '?')} s ({report['verify_created']})"
+        )
     if "class" in report:
         c = report["class"]
         console.print(

@@ -91,6 +91,8 @@ class Exercise:
     # Its module, as the course's list (exercises/modules.toml) says: the manifest does not name it. None for a
     # manifest loaded on its own, outside a course.
     module: Module | None = None
+    # Why `oomlab check` takes longer than a learner should wait (15 s) here, where it does: said on its page.
+    long_check: str = ""
 
     @property
     def learner_path(self) -> Path:
@@ -202,6 +204,7 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
         alloc_conf=_require(data, "alloc_conf", str, manifest) if "alloc_conf" in data else "",
         learner_settings=_require(data, "learner_settings", bool, manifest) if "learner_settings" in data else False,
         time_limit_s=_require(data, "time_limit_s", float, manifest),
+        long_check=" ".join(_require(data, "long_check", str, manifest).split()) if "long_check" in data else "",
         symptom=symptom,
         summary=" ".join(_require(data, "summary", str, manifest).split()),  # one paragraph, wrapped by whoever shows it
         hints=tuple(h.strip() for h in hints),

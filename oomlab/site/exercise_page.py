@@ -192,6 +192,30 @@ def profile_legend(page_src_uri: str, reports: Reports) -> list[str]:
 # --------------------------------------------------------------------------- pages
 
 
+# How long a learner should have to wait for `oomlab check`; an exercise whose check takes longer says why.
+CHECK_WAIT_S = 15
+
+
+def check_time_row(ex: Exercise, reports: Reports) -> list[str]:
+    """How long `oomlab check` of the fix takes, where ``oomlab dev bench`` timed it; and why, where it is long."""
+    row = next((r for r in (reports.speed or {}).get("exercises", []) if r.get("id") == ex.id), None)
+    if not row or not isinstance(row.get("check_cold_s"), (int, float)):
+        return []
+    seconds = row["check_cold_s"]
+    text = (
+        f"{seconds:.1f} s on {measured_on(row)}, the reference cached "
+        f"([how long a learner waits]({link_from(page_uri(ex), 'measurements.md#how-long-a-learner-waits')}))"
+    )
+    if seconds > CHECK_WAIT_S:
+        if not ex.long_check:
+            raise PluginError(
+                f"{ex.manifest_path}: `oomlab check` takes {seconds:.1f} s here, more than {CHECK_WAIT_S} s: say why in "
+                "its long_check, or make the check shorter."
+            )
+        text += f". Longer than most: {ex.long_check}"
+    return [f"| `oomlab check` takes | {cell(text)} |"]
+
+
 def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
     """The whole page of exercise ``number`` of ``total``, as Markdown."""
     from oomlab.grading.checks import ALWAYS, CHECKS
@@ -215,6 +239,7 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         f"| Memory budget | {budget(ex)} |",
         f"| Allocator settings | {alloc} |",
         f"| Time limit | {ex.time_limit_s:g} s |",
+        *check_time_row(ex, reports),
         f"| The file you edit | `{rel_script}` |",
         "",
         *error_section(ex, reports),

@@ -53,7 +53,7 @@ def render(markdown: str, page_src_uri: str, reports: Reports) -> str:
     if "oomlab:diagram" in markdown:
         markdown = DIAGRAM_MARKER.sub(lambda m: diagram(page_src_uri, m.group(1)), markdown)
     if MODULES_MARKER in markdown:
-        markdown = markdown.replace(MODULES_MARKER, modules_overview(page_src_uri, reports.exercises, reports.speed))
+        markdown = markdown.replace(MODULES_MARKER, modules_overview(page_src_uri, reports.exercises, reports.verify))
     if "oomlab:exercises" in markdown:
         markdown = EXERCISES_MARKER.sub(lambda m: exercise_list(page_src_uri, m.group(1), reports), markdown)
     if "oomlab:oom-message" in markdown:

@@ -89,35 +89,39 @@ def module_page(module: Module, exercises: list[Exercise]) -> str:
     return "\n".join(md)
 
 
-def modules_overview(page_src_uri: str, exercises: list[Exercise], speed: dict | None = None) -> str:
+def modules_overview(page_src_uri: str, exercises: list[Exercise], verify: dict | None = None) -> str:
     """The path through the course as a table: each module, what it teaches, its exercises, and what it asks of the machine.
 
     The course measures only the machine's part of a module's time: the lines of script a learner
-    reads, and from ``speed.json`` how long one run of each buggy script, one run of its step's tool
-    and one check of its fix take. How long the thinking takes is the learner's.
+    reads, and from ``verify.json`` how long one run of each seeded bug and one of its fix took in the
+    truth check. How long the thinking takes is the learner's.
     """
-    timed = {row["id"]: row for row in (speed or {}).get("exercises") or []}
+    timed = {row["id"]: row for row in (verify or {}).get("exercises") or []}
+    jobs = (verify or {}).get("jobs")
     lines = ["| Module | You will be able to | Exercises | To read, to wait |", "|---|---|---|---|"]
     for module, chosen in taught(exercises):
         numbers = ", ".join(f"[{n}]({link_from(page_src_uri, page_uri(ex))})" for n, ex in chosen)
         lines.append(
             f"| [{cell(module.title)}]({link_from(page_src_uri, module_uri(module))}) | {cell(module.goal)} | {numbers} "
-            f"| {cell(_machine_part([ex for _, ex in chosen], timed))} |"
+            f"| {cell(_machine_part([ex for _, ex in chosen], timed, jobs))} |"
         )
     return "\n".join(lines)
 
 
-def _machine_part(chosen: list[Exercise], timed: dict[str, dict]) -> str:
-    """A module's scripts in lines, and the GPU's time for a run, a tool and a check of each exercise, where timed."""
+def _machine_part(chosen: list[Exercise], timed: dict[str, dict], jobs: int | None) -> str:
+    """A module's scripts in lines, and the GPU's time for one run of each exercise's bug and of its fix, where timed."""
     lines = sum(len(ex.learner_path.read_text(encoding="utf-8").splitlines()) for ex in chosen)
-    waits = [_one_round(ex, timed.get(ex.id) or {}) for ex in chosen]
+    waits = [_one_round(timed.get(ex.id) or {}) for ex in chosen]
     words = f"{lines:,} lines of script"
     if all(w is not None for w in waits):
-        return words + f"; {sum(waits) / 60:.1f} min on the GPU for one round of each exercise"
-    return words + "; the GPU's time is still to be timed for some of them (`oomlab dev bench` on a GPU)"
+        return words + (
+            f"; {sum(waits):.0f} s of GPU runs for the bug and the fix of each exercise once (the truth check's times, "
+            f"{jobs} runs sharing the GPU)"
+        )
+    return words + "; the GPU's time is still to be measured for some of them (`oomlab dev verify` on a GPU)"
 
 
-def _one_round(ex: Exercise, row: dict) -> float | None:
-    """Seconds for one run of the buggy script, one run of its step's tool and one check, as ``oomlab dev bench`` timed them."""
-    keys = ("plain_bug_s", f"{step(ex.step).name}_s", "check_cold_s")
-    return sum(row[k] for k in keys) if all(isinstance(row.get(k), (int, float)) for k in keys) else None
+def _one_round(row: dict) -> float | None:
+    """Seconds of one run of the seeded bug and one of the reference fix, as the truth check timed them."""
+    walls = [(row.get(kind) or {}).get("wall_s") for kind in ("buggy", "solution")]
+    return sum(walls) if all(isinstance(w, (int, float)) for w in walls) else None
