@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -67,3 +68,28 @@ def test_a_task_waiting_for_a_key_no_task_has_is_refused_before_anything_runs():
     with pytest.raises(ValueError, match="no task has"):
         run_longest_first([task("x"), task("y", after="nobody")], jobs=2)
     assert started == []
+
+
+def test_a_task_that_keeps_several_cores_busy_waits_for_room_and_runs_alone_if_it_needs_them_all():
+    running, most, lock = [0.0], [0.0], threading.Lock()
+
+    def task(key, cores, seconds=1.0):
+        def run(done):
+            with lock:
+                running[0] += cores
+                most[0] = max(most[0], running[0])
+            time.sleep(0.02)
+            with lock:
+                running[0] -= cores
+            return key
+
+        return Task(key, run, seconds=seconds, cores=cores)
+
+    tasks = [task(f"heavy{i}", 4.0, seconds=10) for i in range(3)] + [task(f"light{i}", 1.0) for i in range(8)]
+    tasks.append(task("huge", 20.0, seconds=5))
+    done = run_longest_first(tasks, jobs=8, cores=6)
+    assert len(done) == len(tasks)
+    assert most[0] == 20.0, "a task that needs more cores than there are runs, alone"
+    running[0] = most[0] = 0.0
+    run_longest_first(tasks[:-1], jobs=8, cores=6)
+    assert most[0] <= 6.0, "the running tasks' cores never exceed the machine's"

@@ -9,7 +9,11 @@ it near its floor, ``max(longest run, sum of runs / jobs)``:
   reference fix), never for a whole phase;
 - among the tasks that can start, the one expected to take longest starts first
   (the classic longest-processing-time rule), with expectations read from the
-  last committed report.
+  last committed report;
+- a task expected to keep several CPU cores busy (a cheat that moves the model's
+  work to the CPU keeps three or four) starts only while the cores the running
+  tasks are expected to use leave room for it: started together, such runs take
+  each other's cores and every one of them runs twice as long.
 """
 
 from __future__ import annotations
@@ -29,14 +33,16 @@ class Task:
     seconds: float = 0.0  # how long it is expected to take: longer starts sooner
     after: Hashable | None = None  # the key of the task whose result it needs
     first: bool = False  # start before every task that is not: it unblocks others
+    cores: float = 1.0  # the CPU cores it is expected to keep busy
     _order: int = field(default=0, repr=False)
 
     def rank(self) -> tuple:
         return (not self.first, -self.seconds, self._order)
 
 
-def run_longest_first(tasks: Iterable[Task], jobs: int) -> dict:
-    """Run the tasks on ``jobs`` threads; their results by key. The first exception stops new starts and is raised."""
+def run_longest_first(tasks: Iterable[Task], jobs: int, cores: float | None = None) -> dict:
+    """Run the tasks on ``jobs`` threads, their expected ``cores`` within ``cores`` (no limit: None); their results by
+    key. A task that needs more cores than there are runs alone. The first exception stops new starts and is raised."""
     tasks = list(tasks)
     for i, task in enumerate(tasks):
         task._order = i
@@ -56,17 +62,29 @@ def run_longest_first(tasks: Iterable[Task], jobs: int) -> dict:
     results: dict = {}
     errors: list[BaseException] = []
     remaining = [len(tasks)]
+    busy = [0.0, 0]  # the cores the running tasks are expected to use, and how many are running
     lock = threading.Condition()
+
+    def next_that_fits() -> Task | None:
+        """The first task in rank order whose cores fit beside the running ones (any task, when none runs)."""
+        for entry in sorted(ready):
+            task = entry[1]
+            if cores is None or not busy[1] or busy[0] + task.cores <= cores:
+                ready.remove(entry)
+                heapq.heapify(ready)
+                return task
+        return None
 
     def worker() -> None:
         while True:
             with lock:
-                while not ready and remaining[0] and not errors:
+                while remaining[0] and not errors and (task := next_that_fits()) is None:
                     lock.wait()
-                if errors or not ready:
+                if errors or not remaining[0]:
                     lock.notify_all()
                     return
-                _, task = heapq.heappop(ready)
+                busy[0] += task.cores
+                busy[1] += 1
             try:
                 result = task.run(results)
             except BaseException as err:  # noqa: BLE001 - handed to the caller's thread below
@@ -75,6 +93,8 @@ def run_longest_first(tasks: Iterable[Task], jobs: int) -> dict:
                     lock.notify_all()
                 return
             with lock:
+                busy[0] -= task.cores
+                busy[1] -= 1
                 results[task.key] = result
                 remaining[0] -= 1
                 for follower in waiting.pop(task.key, []):

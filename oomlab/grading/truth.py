@@ -21,6 +21,7 @@ import contextlib
 import datetime
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -219,22 +220,34 @@ def declared_conf(variant: Variant) -> str | None:
     return declared_alloc_conf(variant.source())
 
 
-def expected_seconds(exercises) -> dict[tuple[str, str], float]:
-    """How long each run took in the committed ``verify.json``, by (exercise, run; ``reference`` for the fix).
+MOST_CORES = 8.0  # a run is expected to keep at most this many cores busy, whatever its figures say
 
-    Only an order for :func:`run_all`: a run the report lacks is expected to take as long
-    as its exercise's reference fix, or the longest run known if that is missing too.
+
+def expected_costs(exercises) -> dict[tuple[str, str], tuple[float, float]]:
+    """How long each run took in the committed ``verify.json``, and how many CPU cores it kept busy (its script's CPU
+    time over its wall time, as the witness counted it), by (exercise, run; ``reference`` for the fix).
+
+    Only an order for :func:`run_all`: a run the report lacks is expected to cost what its exercise's
+    reference fix did, or the longest run known on one core if that is missing too.
     """
-    seconds: dict[tuple[str, str], float] = {}
+    costs: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def cost(run: dict) -> tuple[float, float]:
+        wall = run.get("wall_s") or 0.0
+        cpu = (run.get("witness") or {}).get("script_cpu_s") or 0.0
+        if wall < 1.0:  # the script's own time says little where it ended at once, or went on after its figures
+            return max(wall, cpu), 1.0
+        return wall, min(max(1.0, cpu / wall), MOST_CORES)
+
     for root in {ex.root for ex in exercises}:
         try:
             report = json.loads((root / reports.VERIFY).read_text(encoding="utf-8"))
             for row in report["exercises"]:
-                seconds[(row["id"], "reference")] = row["solution"]["wall_s"] or 0.0
-                seconds.update({(row["id"], run["name"]): run["wall_s"] or 0.0 for run in all_runs(row)})
-        except (OSError, ValueError, KeyError, TypeError):
+                costs[(row["id"], "reference")] = cost(row["solution"])
+                costs.update({(row["id"], run["name"]): cost(run) for run in all_runs(row)})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # no report, or another shape: course order it is
-    return seconds
+    return costs
 
 
 def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False):
@@ -244,36 +257,37 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
     Each exercise's reference is measured first (its variants are graded against
     it) and its variants start as soon as it is done; among the runs that can
     start, the longest expected goes first (:mod:`oomlab.grading.schedule`), so a
-    sitting ends near ``max(longest run, sum of runs / jobs)``. Runs are forked
+    sitting ends near ``max(longest run, sum of runs / jobs)``; a run expected to keep
+    several cores busy waits for room among this machine's cores. Runs are forked
     from warm servers, one per allocator setting (``fresh``: each in a new Python
     process instead, as ``equivalence.json`` compares).
     """
     exercises = list({v.exercise.id: v.exercise for v in runs}.values())
     finished = itertools.count(1)  # next() on it is atomic: safe from the worker threads
-    expected = expected_seconds(exercises)
-    longest = max(expected.values(), default=0.0)
+    expected = expected_costs(exercises)
+    longest = (max((w for w, _ in expected.values()), default=0.0), 1.0)
 
     def counted(variant: Variant, done: dict):
         measured = check(variant, done[variant.exercise.id])
         note(f"{next(finished)} of {len(runs)} runs measured ({variant.id})")
         return measured
 
-    def guess(ex_id: str, name: str) -> float:
+    def guess(ex_id: str, name: str) -> tuple[float, float]:
         return expected.get((ex_id, name), expected.get((ex_id, "reference"), longest))
 
     tasks = [
         Task(
             ex.id,
             lambda _, ex=ex: reference_of(ex),
-            first=True,
-            seconds=sum(guess(v.exercise.id, v.name) for v in runs if v.exercise is ex),
+            first=True,  # the references unblock everything else: those with the most work behind them first
+            seconds=sum(guess(v.exercise.id, v.name)[0] for v in runs if v.exercise is ex),
+            cores=guess(ex.id, "reference")[1],
         )
         for ex in exercises
-    ]  # the references unblock everything else: those with the most work behind them first
-    tasks += [
-        Task(i, lambda done, v=v: counted(v, done), seconds=guess(v.exercise.id, v.name), after=v.exercise.id)
-        for i, v in enumerate(runs)
     ]
+    for i, v in enumerate(runs):
+        seconds, cores = guess(v.exercise.id, v.name)
+        tasks.append(Task(i, lambda done, v=v: counted(v, done), seconds=seconds, cores=cores, after=v.exercise.id))
     roots = {ex.root for ex in exercises}
     with contextlib.ExitStack() as stack:
         if fresh:
@@ -287,7 +301,7 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
                 for server in servers:
                     server.wait_ready()
         note(f"{len(exercises)} reference fixes, then {len(runs)} runs, {jobs} at a time, the longest first")
-        done = run_longest_first(tasks, jobs)
+        done = run_longest_first(tasks, jobs, cores=os.cpu_count())  # the runs' CPU work shares this machine's cores
     return {ex.id: done[ex.id] for ex in exercises}, [done[i] for i in range(len(runs))]
 
 
