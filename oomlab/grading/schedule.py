@@ -2,7 +2,7 @@
 
 The truth check is hundreds of runs of 1 to 50 seconds on one GPU. Run in course
 order, with every reference fix measured before any variant starts, a sitting
-ends with a few long runs going alone while the other slots idle. Two rules keep
+ends with a few long runs going alone while the other slots idle. Three rules keep
 it near its floor, ``max(longest run, sum of runs / jobs)``:
 
 - a task waits only for the task it needs (an exercise's variants for its own
@@ -18,7 +18,6 @@ it near its floor, ``max(longest run, sum of runs / jobs)``:
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -53,10 +52,10 @@ def run_longest_first(tasks: Iterable[Task], jobs: int, cores: float | None = No
     if missing:
         raise ValueError(f"tasks wait for keys no task has: {missing[:3]}")
     waiting: dict[Hashable, list[Task]] = {}
-    ready: list[tuple] = []
+    ready: list[Task] = []
     for task in tasks:
         if task.after is None:
-            heapq.heappush(ready, (task.rank(), task))
+            ready.append(task)
         else:
             waiting.setdefault(task.after, []).append(task)
     results: dict = {}
@@ -67,13 +66,12 @@ def run_longest_first(tasks: Iterable[Task], jobs: int, cores: float | None = No
 
     def next_that_fits() -> Task | None:
         """The first task in rank order whose cores fit beside the running ones (any task, when none runs)."""
-        for entry in sorted(ready):
-            task = entry[1]
-            if cores is None or not busy[1] or busy[0] + task.cores <= cores:
-                ready.remove(entry)
-                heapq.heapify(ready)
-                return task
-        return None
+        fitting = [t for t in ready if cores is None or not busy[1] or busy[0] + t.cores <= cores]
+        if not fitting:
+            return None
+        task = min(fitting, key=Task.rank)
+        ready.remove(task)
+        return task
 
     def worker() -> None:
         while True:
@@ -97,8 +95,7 @@ def run_longest_first(tasks: Iterable[Task], jobs: int, cores: float | None = No
                 busy[1] -= 1
                 results[task.key] = result
                 remaining[0] -= 1
-                for follower in waiting.pop(task.key, []):
-                    heapq.heappush(ready, (follower.rank(), follower))
+                ready.extend(waiting.pop(task.key, []))
                 lock.notify_all()
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(jobs, len(tasks))))]
