@@ -499,6 +499,25 @@ def test_the_student_wheel_carries_no_reference_fixes_and_no_answers(student_ins
     assert "oomlab/classroom/cells.py" in files and "oomlab/_course/graders/conftest.py" in files
 
 
+def test_the_student_wheel_installs_as_the_guide_says_with_what_it_depends_on(student_install):
+    """The guide's `pip install` of the student wheel, dependencies resolved: pip, offline, finds every one of them
+    already in this environment (the course's own), and would install nothing but the wheel; none is an instructor's."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", "-", str(student_install["wheel"])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    installed = [item["metadata"]["name"] for item in json.loads(done.stdout)["install"]]
+    assert installed == ["oomlab"], installed
+    with zipfile.ZipFile(student_install["wheel"]) as zf:
+        (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [line for line in zf.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    needed = [r for r in requires if "extra ==" not in r]
+    assert any("torch>=2.4" in r for r in needed) and not [r for r in needed if "nbgrader" in r], needed
+
+
 def test_the_student_manifests_load_and_keep_everything_but_the_answers(student_install):
     course = student_install["target"] / "oomlab" / "_course"
     for ex in COURSE.exercises:
