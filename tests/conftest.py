@@ -26,21 +26,35 @@ def course_copy(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> Path:
-    """The course site, built once per session by `mkdocs build --strict` into a tmp dir (needs the docs extra)."""
+    """The course site, built by `mkdocs build --strict` once per test run (needs the docs extra).
+
+    Under pytest-xdist every worker's session asks for it; the first builds it into the run's
+    shared temporary folder while the others wait on a lock, so a run builds it once (a build
+    takes seconds of CPU that the other tests would wait for). Readers must not write into it.
+    """
+    import fcntl
     import os
     import subprocess
     import sys
 
     pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
     pytest.importorskip("material", reason="the docs extra is not installed: pip install -e '.[docs]'")
-    out = tmp_path_factory.mktemp("built_site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, not an older run's
+    out = shared / "built_site"
+    with open(shared / "built_site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir():
+            partial = shared / "built_site.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(partial)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+            )
+            assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+            partial.rename(out)  # whole or not there: a worker never reads a half-built site
     return out
