@@ -127,11 +127,14 @@ def test_cpu_time_counts_from_the_start_of_the_script_and_includes_what_it_start
         """
         burn(0.5)  # before the script: the harness's own start, not counted
         mark(marks, b"R")
+        done, holds = os.pipe()
         if os.fork() == 0:  # a grandchild, never waited for: it is orphaned when the child ends
+            os.close(done)
             burn(0.6)
-            os._exit(0)
+            os._exit(0)  # its end of the pipe closes as it exits
+        os.close(holds)
         burn(0.3)
-        time.sleep(1.0)
+        os.read(done, 1)  # returns once the grandchild has exited, however long a loaded machine took to get there
         """,
     )
     assert report["cpu_s"] >= 1.3
