@@ -503,7 +503,18 @@ def test_the_student_wheel_installs_as_the_guide_says_with_what_it_depends_on(st
     """The guide's `pip install` of the student wheel, dependencies resolved: pip, offline, finds every one of them
     already in this environment (the course's own), and would install nothing but the wheel; none is an instructor's."""
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", "-", str(student_install["wheel"])],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--quiet",
+            "--report",
+            "-",
+            str(student_install["wheel"]),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

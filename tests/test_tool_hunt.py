@@ -818,6 +818,41 @@ def test_a_graph_kept_from_earlier_steps_stays_with_its_holder_in_backward():
     assert by_name(result["holders"], held["name"])["grew_bytes"] == analysis.own_bytes(held)  # all of it from before
 
 
+def test_an_earlier_steps_outputs_kept_in_a_list_are_kept_across_steps_when_the_run_dies_before_a_second_optimizer_step():
+    """A loop that appends ``(step, logits, loss)`` and dies in step 2's forward: step 1's logits are no current tensors.
+
+    backward freed step 1's graph, so the list holds plain tensors; the baseline, taken after optimizer
+    step 1, already held them, so nothing grew. What tells them apart is the node that made them: older
+    than the last optimizer step.
+    """
+    model = nn.Sequential(nn.Linear(D_IN, 4096))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = []
+    logits = model(torch.randn(B, D_IN))
+    loss = logits.logsumexp(dim=1).mean()
+    loss.backward()
+    history.append((1, logits, loss))
+    optimizer.step()
+    since = inflight.next_sequence_nr(torch)  # what the probe records after each optimizer step
+    if since is None:
+        pytest.skip("this torch does not number autograd nodes")
+    current = model(torch.randn(B, D_IN))  # step 2's forward, where the run died: the current step's
+    roots = {"global 'history'": history, "global 'current'": current, "global 'model'": model}
+    holders = walk(roots, since_sequence=since, back_search=False)
+    kept, now = by_name(holders, "global 'history'"), by_name(holders, "global 'current'")
+    assert kept["earlier_step_bytes"] == storage_bytes(logits, loss) and now["earlier_step_bytes"] == 0
+    baseline = {"global 'history'": analysis.own_bytes(kept)}  # the list held them already; `current` was not there
+    result = analysis.summarize(holders, baseline=baseline, min_bytes=1024)
+    assert result["kind"] == "container-leak" and result["culprit"] == "global 'history'"
+    assert "an earlier step's forward pass made: kept across steps" in result["headline"]
+    # The same list of detached values is what a training loop may mean to keep: no node, no sign.
+    history[:] = [(1, logits.detach(), loss.item())]
+    holders = walk(roots, since_sequence=since, back_search=False)
+    assert by_name(holders, "global 'history'")["earlier_step_bytes"] == 0
+    result = analysis.summarize(holders, baseline=baseline, min_bytes=1024)
+    assert result["kind"] != "container-leak"
+
+
 def test_this_steps_graph_is_no_growth_across_steps():
     h = holder(
         "train() local 'out' (train.py:9)", "Tensor", direct=MIB, graph=50 * MIB, tensors=1, saved=3, graphs=1, tensor_root=True

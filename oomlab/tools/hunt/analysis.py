@@ -11,7 +11,9 @@ one is the culprit:
   not just this step's forward pass (a container of graphs, several graphs, or
   a graph that grew across steps);
 - ``container-leak``: it grew by at least ``min_bytes`` since the baseline
-  optimizer step, or it is kept by an exception's traceback.
+  optimizer step, it holds at least ``min_bytes`` of tensors that an earlier
+  step's forward pass made (their ``grad_fn`` is older than the last optimizer
+  step), or it is kept by an exception's traceback.
 
 Growth counts only what the step in progress did not make: what autograd
 nodes made since the last optimizer step saved (``step_graph_bytes``) is that
@@ -175,7 +177,11 @@ def summarize(
         before = None if baseline is None else baseline.get(stable_name(h["name"]), absent)
         h["baseline_bytes"] = before
         h["grew_bytes"] = None if before is None else own_bytes(h) - h.get("step_graph_bytes", 0) - before
-        h["surviving"] = bool(h["grew_bytes"] is not None and h["grew_bytes"] >= min_bytes)
+        grew = h["grew_bytes"] is not None and h["grew_bytes"] >= min_bytes
+        # Made by an earlier step's forward and still alive: kept across steps even where no baseline shows it grow
+        # (the run died before a second optimizer step, or the baseline already held it).
+        h["earlier"] = not grew and h.get("earlier_step_bytes", 0) >= min_bytes
+        h["surviving"] = grew or h["earlier"]
         if h["name"] in in_flight and not h["label"]:
             h["label"] = IN_FLIGHT
     candidates = [h for h in holders if h["label"] not in (IN_FLIGHT, STATE) and own_bytes(h) >= min_bytes]
@@ -257,6 +263,12 @@ def headline(
         return (
             f"{h['what']} keeps {tensors}, {format_bytes(own_bytes(h))}, "
             f"alive through an exception's traceback ({h['largest_path']}){share}"
+        )
+    if kind == "container-leak" and h.get("earlier"):
+        return (
+            f"{h['what']} holds {tensors}, {format_bytes(own_bytes(h))}, of which "
+            f"{format_bytes(h['earlier_step_bytes'])} an earlier step's forward pass made: "
+            f"kept across steps{share}"
         )
     if kind == "container-leak":
         return (

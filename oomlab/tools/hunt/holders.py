@@ -102,7 +102,9 @@ def find_holders(
         (saved by autograd graphs), ``tensors`` and ``saved_tensors`` (storages
         behind those), ``graphs`` (graphs that keep saved tensors),
         ``step_graph_bytes`` (what of ``graph_bytes`` nodes made since
-        ``since_sequence`` saved), ``largest_path`` and ``largest_bytes``,
+        ``since_sequence`` saved), ``earlier_step_bytes`` (what of ``direct_bytes``
+        is tensors that nodes made before ``since_sequence``: an earlier step's
+        outputs, still alive), ``largest_path`` and ``largest_bytes``,
         ``tensor_root``, ``back_searched`` (a root only the back search
         found) and ``label``. The graph in flight, when the failing
         call's frames hold one, is a holder of its own labelled
@@ -206,6 +208,7 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
                 "saved_tensors": 0,
                 "graph_ids": set(),
                 "step_graph_bytes": 0,
+                "earlier_step_bytes": 0,
                 "own": [],  # (bytes, id) of each tensor that is not state, in the walk's order
                 "largest_state": (0, None),
             },
@@ -218,6 +221,10 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
         if entry is None:
             row["direct_bytes"] += nbytes
             row["tensors"] += 1
+            if since is not None:  # a tensor an earlier step's forward made: kept across steps, whatever the baseline says
+                number = _made_by(walk.seen.get(tid), sequence_of)
+                if number is not None and number < since:
+                    row["earlier_step_bytes"] += nbytes
         else:
             row["graph_bytes"] += nbytes
             row["saved_tensors"] += 1
@@ -246,6 +253,7 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
                 "direct_bytes": row["direct_bytes"],
                 "graph_bytes": row["graph_bytes"],
                 "step_graph_bytes": row["step_graph_bytes"],
+                "earlier_step_bytes": row["earlier_step_bytes"],
                 "tensors": row["tensors"],
                 "saved_tensors": row["saved_tensors"],
                 "graphs": len(row["graph_ids"]),
@@ -258,6 +266,25 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
         )
     holders.sort(key=lambda h: (-h["bytes"], h["name"]))
     return holders
+
+
+def _made_by(tensor, sequence_of: dict[int, int | None]) -> int | None:
+    """The sequence number of the autograd node that made ``tensor`` (its ``grad_fn``), or None without one.
+
+    A tensor that requires grad and was computed, not created, carries the node that made
+    it; the node's number says in which step: below the number at the last optimizer step,
+    an earlier step's forward pass made it (logits appended to a list, say, whose graph
+    backward has freed), and it has outlived that step.
+    """
+    try:
+        node = tensor.grad_fn
+    except Exception:  # noqa: BLE001 - a tensor subclass whose attributes fail: nothing to tell
+        return None
+    if node is None:
+        return None
+    if id(node) not in sequence_of:
+        sequence_of[id(node)] = inflight.sequence_nr(node)
+    return sequence_of[id(node)]
 
 
 def _on_the_heaviest_branch(walk: Walk, own: list[tuple[int, int]], largest: int) -> int | None:
