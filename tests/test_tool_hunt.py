@@ -853,6 +853,56 @@ def test_an_earlier_steps_outputs_kept_in_a_list_are_kept_across_steps_when_the_
     assert result["kind"] != "container-leak"
 
 
+class KeepsEveryInput(nn.Module):
+    """A module that registers a buffer per step: model state that gains tensors every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(D_IN, 4)
+        self.seen = 0
+
+    def forward(self, x):
+        self.register_buffer(f"input_{self.seen}", x.detach().clone())
+        self.seen += 1
+        return self.layer(x)
+
+
+def test_model_state_that_gains_tensors_every_step_is_a_leak_though_state_is_otherwise_no_culprit():
+    model = KeepsEveryInput()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    x = torch.randn(B * 16, D_IN)  # 128 KiB a step
+
+    def step():
+        model(x).square().mean().backward()
+        optimizer.step()
+
+    def holders():
+        roots = {"global 'model'": model, "global 'optimizer'": optimizer}
+        return walk(roots, back_search=False)
+
+    step()
+    at_baseline = holders()  # what the probe keeps after optimizer step 1
+    baseline = {h["name"]: analysis.own_bytes(h) for h in at_baseline}
+    state_baseline = {h["name"]: h["state_bytes"] for h in at_baseline}
+    for _ in range(3):
+        step()
+    now = holders()
+    result = analysis.summarize(now, baseline=baseline, state_baseline=state_baseline, min_bytes=64 * 1024)
+    assert result["kind"] == "container-leak" and result["culprit"] == "global 'model'"
+    assert result["culprit_bytes"] == 3 * storage_bytes(x)
+    assert "of model/optimizer state" in result["headline"] and "more than after optimizer step 1" in result["headline"]
+    # Without the buffers it keeps, the same loop's state does not grow: nothing to blame.
+    model.forward = lambda x: model.layer(x)
+    step()
+    for name in [n for n, _ in model.named_buffers()]:
+        delattr(model, name)
+    at_baseline = holders()
+    state_baseline = {h["name"]: h["state_bytes"] for h in at_baseline}
+    step()
+    result = analysis.summarize(holders(), baseline=baseline, state_baseline=state_baseline, min_bytes=64 * 1024)
+    assert result["kind"] == "none", result["headline"]
+
+
 def test_this_steps_graph_is_no_growth_across_steps():
     h = holder(
         "train() local 'out' (train.py:9)", "Tensor", direct=MIB, graph=50 * MIB, tensors=1, saved=3, graphs=1, tensor_root=True

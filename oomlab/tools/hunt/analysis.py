@@ -143,6 +143,11 @@ def _leak_sign(h: dict, min_bytes: int) -> str | None:
     return None
 
 
+def _blamed_bytes(h: dict) -> int:
+    """What a culprit is blamed for: its own bytes, or, blamed for state it gained, that gain."""
+    return h["state_grew_bytes"] if h.get("state_grown") else own_bytes(h)
+
+
 def summarize(
     holders: list[dict],
     *,
@@ -152,6 +157,7 @@ def summarize(
     baseline: dict | None = None,
     baseline_step: int | None = 1,
     baseline_named_all: bool = True,
+    state_baseline: dict | None = None,
     in_flight: set = frozenset(),
     unexplained: list | tuple = (),
     min_bytes: int = MIB,
@@ -164,7 +170,10 @@ def summarize(
     saved, is "surviving across steps". A name only the back search finds is
     absent from a baseline where it held nothing, provided that baseline's
     back search named everything it met (``baseline_named_all``); otherwise
-    its growth is unknown. Holders named in ``in_flight`` are the
+    its growth is unknown. ``state_baseline`` maps the same names to the
+    model/optimizer state each held then: state that grew by ``min_bytes``
+    since is a leak too (a buffer or an optimizer entry added every step),
+    though state is otherwise never a culprit. Holders named in ``in_flight`` are the
     call that was running: never culprits, and no more is the graph in flight.
     ``unexplained`` is what the back search could not name
     (``[{owner, bytes, storages}]``), kept for the report.
@@ -182,15 +191,22 @@ def summarize(
         # (the run died before a second optimizer step, or the baseline already held it).
         h["earlier"] = not grew and h.get("earlier_step_bytes", 0) >= min_bytes
         h["surviving"] = grew or h["earlier"]
+        before_state = None if state_baseline is None else state_baseline.get(stable_name(h["name"]))
+        h["state_grew_bytes"] = None if before_state is None else h["state_bytes"] - before_state
         if h["name"] in in_flight and not h["label"]:
             h["label"] = IN_FLIGHT
     candidates = [h for h in holders if h["label"] not in (IN_FLIGHT, STATE) and own_bytes(h) >= min_bytes]
     signed = [(h, _leak_sign(h, min_bytes)) for h in candidates]
     signed = [(h, sign) for h, sign in signed if sign]
+    # State that gained tensors since the baseline step: not the work itself, whoever holds it.
+    for h in holders:
+        if h["label"] != IN_FLIGHT and (h["state_grew_bytes"] or 0) >= min_bytes and all(h is not s for s, _ in signed):
+            h["state_grown"] = True
+            signed.append((h, "container-leak"))
     own_total = sum(own_bytes(h) for h in holders if h["label"] != IN_FLIGHT)
     culprit, kind = None, "none"
     if signed:
-        culprit, kind = max(signed, key=lambda pair: own_bytes(pair[0]))
+        culprit, kind = max(signed, key=lambda pair: _blamed_bytes(pair[0]))
     else:
         kept = [h for h in candidates if not h["tensor_root"] and h["tensors"] + h["saved_tensors"] >= 2]
         kept = [h for h in kept if own_bytes(h) >= 0.25 * own_total]
@@ -214,7 +230,7 @@ def summarize(
             current=own_total,
             in_flight=in_flight_bytes,
         ),
-        "culprit_bytes": own_bytes(culprit) if culprit else 0,
+        "culprit_bytes": _blamed_bytes(culprit) if culprit else 0,
         "culprit": culprit["name"] if culprit else None,
         "culprit_path": culprit["largest_path"] if culprit else None,
         "advice": ADVICE["traceback"] if culprit and _via_traceback(culprit) else advice(kind),
@@ -250,7 +266,7 @@ def headline(
     """
     share = ""
     if h and allocated:
-        share = f" ({100 * own_bytes(h) / allocated:.0f}% of the {format_bytes(allocated)} allocated)"
+        share = f" ({100 * _blamed_bytes(h) / allocated:.0f}% of the {format_bytes(allocated)} allocated)"
     if kind == "graph-leak":
         graphs = "autograd graph keeps" if h["graphs"] == 1 else "autograd graphs keep"
         if h["tensors"]:
@@ -263,6 +279,13 @@ def headline(
         return (
             f"{h['what']} keeps {tensors}, {format_bytes(own_bytes(h))}, "
             f"alive through an exception's traceback ({h['largest_path']}){share}"
+        )
+    if kind == "container-leak" and h.get("state_grown"):
+        return (
+            f"{h['what']} holds {format_bytes(h['state_bytes'])} of model/optimizer state, "
+            f"{format_bytes(h['state_grew_bytes'])} more than after optimizer step {baseline_step}: state that gains "
+            f"tensors every step is a leak (unless parameters first got gradients since: layers unfrozen, "
+            f"experts first routed){share}"
         )
     if kind == "container-leak" and h.get("earlier"):
         return (

@@ -57,6 +57,7 @@ class Probe(base.Probe):
         self.step_count = 0
         self.step_sequence: int | None = None  # autograd's next node number after the last optimizer step
         self.baseline: dict | None = None  # root name without its line -> non-state bytes after the baseline step
+        self.state_baseline: dict | None = None  # the same names -> model/optimizer state bytes then
         self.baseline_unexplained = 0  # bytes the baseline's back search met and could not name
         self.errors: list[str] = []  # what went wrong in the step hook, which must not stop the training loop
         self.handle = None  # the optimizer step hook's, to remove it
@@ -119,6 +120,7 @@ class Probe(base.Probe):
             baseline=self.baseline,
             baseline_step=self.baseline_step,
             baseline_named_all=not self.baseline_unexplained,
+            state_baseline=self.state_baseline,
             in_flight=in_flight,
             unexplained=walk.pop("unexplained", []),
             min_bytes=int(self.options.get("min_bytes", MIB)),
@@ -171,12 +173,12 @@ class Probe(base.Probe):
             if allocated is not None and len(self.steps) < MAX_STEPS:
                 self.steps.append(allocated)
             if self.step_count == self.baseline_step:
-                self.baseline = self._baseline()
+                self.baseline, self.state_baseline = self._baseline()
         except Exception as err:  # noqa: BLE001 - never break the learner's training loop
             self.errors.append(f"step hook: {type(err).__name__}: {err}")
 
-    def _baseline(self) -> dict:
-        """Non-state bytes per root (by name without line) held right now, from the live stack.
+    def _baseline(self) -> tuple[dict, dict]:
+        """Non-state bytes, and state bytes, per root (by name without line) held right now, from the live stack.
 
         The back search runs too, so that a name only it finds (an ``lru_cache``'s
         entries) is measured the same way at both moments. Mid-run it may see
@@ -202,7 +204,9 @@ class Probe(base.Probe):
             self.baseline_unexplained = sum(row["bytes"] for row in report.get("unexplained", ()))
             baseline = {stable_name(name): 0 for name in roots}
             baseline.update({stable_name(h["name"]): own_bytes(h) for h in holders})
-            return baseline
+            state = {stable_name(name): 0 for name in roots}
+            state.update({stable_name(h["name"]): h["state_bytes"] for h in holders})
+            return baseline, state
         finally:
             roots.clear()
 
