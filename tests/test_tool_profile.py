@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import runpy
+import sys
 import textwrap
 from pathlib import Path
 
@@ -103,6 +104,48 @@ def test_peak_points_at_the_one_hot_line(result):
     assert peak["line_bytes"] == ONE_HOT_BYTES
     assert result["culprit_bytes"] == ONE_HOT_BYTES
     assert peak["by_line"][0]["line"] == ONE_HOT_LINE
+
+
+MODEL_FILE = """
+import torch.nn.functional as F
+
+VOCAB = 4096
+
+
+def loss_fn(logits, targets):
+    log_probs = F.log_softmax(logits, dim=-1)
+    one_hot = F.one_hot(targets, VOCAB).float()
+    return -(one_hot * log_probs).sum(dim=-1).mean()
+"""
+MODEL_ONE_HOT_LINE = 8
+
+
+def test_a_peak_in_a_file_beside_the_script_is_named_there_with_the_scripts_line_that_called_it(tmp_path):
+    """A model file beside the script is the user's code too: its line allocated, the script's line called it."""
+    (tmp_path / "losses.py").write_text(textwrap.dedent(MODEL_FILE).lstrip("\n"), encoding="utf-8")
+    assert MODEL_FILE.lstrip("\n").splitlines()[MODEL_ONE_HOT_LINE - 1].strip().startswith("one_hot = ")
+    source = textwrap.dedent(SCRIPT).lstrip("\n").replace("FAIL_AT", "None").replace("DEVICE", "'cpu'")
+    source = "import sys, os\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\nimport losses\n" + source
+    source = source.replace("loss = loss_fn(model(inputs), targets, step)", "loss = losses.loss_fn(model(inputs), targets)")
+    script = tmp_path / "train_small.py"
+    script.write_text(source, encoding="utf-8")
+    caller_line = source.splitlines().index("    loss = losses.loss_fn(model(inputs), targets)") + 1
+    out = tmp_path / "out"
+    tool = probe.Probe(torch, out, {"script": str(script)})
+    tool.start()
+    try:
+        tool.finish(None, runpy.run_path(str(script), run_name="__main__"))
+    finally:
+        sys.path[:] = [p for p in sys.path if p != str(tmp_path)]
+        sys.modules.pop("losses", None)
+    peak = json.loads((out / "profile.json").read_text(encoding="utf-8"))["peak"]
+    assert (peak["file"], peak["line"], peak["function"]) == ("losses.py", MODEL_ONE_HOT_LINE, "loss_fn")
+    assert (peak["caller"]["file"], peak["caller"]["line"]) == ("train_small.py", caller_line)
+    sentence = analysis.headline({"peak": peak})
+    assert (
+        f"at losses.py:{MODEL_ONE_HOT_LINE} (one_hot = F.one_hot(targets, VOCAB).float()), called from train_small.py:{caller_line}"
+        in sentence
+    )
 
 
 def test_peak_is_transient_and_the_headline_names_it(result):

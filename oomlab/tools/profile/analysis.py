@@ -350,6 +350,12 @@ def where(peak: dict) -> str:
     return f"{peak['file']}:{peak['line']}" if peak and peak.get("line") else ""
 
 
+def called_from(peak: dict) -> str:
+    """``", called from train.py:40"`` where the peak's line is in a file the script imports; else empty."""
+    caller = (peak or {}).get("caller")
+    return f", called from {caller['file']}:{caller['line']}" if caller and caller.get("line") else ""
+
+
 def headline(result: dict) -> str:
     """One sentence: the peak, its operator and the line to blame, with figures."""
     peak = result.get("peak")
@@ -363,13 +369,14 @@ def headline(result: dict) -> str:
         sentence += f"comes from {op} (no source line was recorded)"
     elif culprit and (culprit["file"], culprit["line"]) != (own["file"], own["line"]):
         sentence += (
-            f"is reached in {op} at {where(peak)}, but {culprit['file']}:{culprit['line']} ({culprit['text']}) "
+            f"is reached in {op} at {where(peak)}{called_from(peak)}, but {culprit['file']}:{culprit['line']} ({culprit['text']}) "
             f"allocated the most of it, {format_bytes(culprit['bytes'])}"
         )
     else:
         sentence += f"comes from {op} at {where(peak)}"
         if peak.get("text"):
             sentence += f" ({peak['text']})"
+        sentence += called_from(peak)
         if culprit.get("bytes"):
             sentence += f": tensors allocated on that line hold {format_bytes(culprit['bytes'])} of it"
     by_category = peak.get("by_category") or {}

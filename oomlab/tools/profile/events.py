@@ -158,8 +158,10 @@ def top_ops(prof, device: str, notes: list) -> tuple[list[dict], str]:
 class Sites:
     """Where an allocation comes from: its operator, and the learner's line that called it.
 
-    The line is the innermost frame of the script on the allocation's Python
-    stack, else of another user file. Allocations made on autograd's device
+    The line is the innermost frame of the user's code on the allocation's
+    Python stack (the script, or a file of the user's that it imports, such as
+    a model file beside it), with the script's own line that called into it
+    as ``caller`` where the two differ. Allocations made on autograd's device
     thread have no Python frames above them; the user call that covers them in
     time (``loss.backward()``) names the line instead, so the Python calls of
     the whole run are kept, sorted for that lookup. Frames are cached: a run
@@ -192,7 +194,10 @@ class Sites:
             elif kind in ("PyCall", "PyCCall"):
                 frames.append(self.frame(node.typed[1].caller))
             node = node.parent
-        chosen = next((f for f in frames if f["script"]), None) or next((f for f in frames if f["user"]), None)
+        # The innermost line of the user's code, a model file beside the script included, and the script's line
+        # that called into it: the line that allocated, and the line that the learner runs.
+        chosen = next((f for f in frames if f["user"]), None)
+        caller = next((f for f in frames if f["script"]), None)
         via = "stack" if chosen else None
         if chosen is None:
             chosen = covering_call(self.calls, event.start_time_ns)
@@ -200,6 +205,8 @@ class Sites:
         site = {"op": op, "context": context, "site_via": via, "file": None, "line": None, "function": None, "text": ""}
         if chosen:
             site.update(file=chosen["file"], line=chosen["line"], function=chosen["function"], text=chosen["text"])
+        if chosen and caller and caller is not chosen:
+            site["caller"] = {k: caller[k] for k in ("file", "line", "function", "text")}
         site["stack"] = [f"{f['file']}:{f['line']} in {f['function']}" for f in frames[:8]]
         return site
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomlab.tools.base import figure, pyplot, save_figure
-from oomlab.tools.profile.analysis import TOOL, category_label, where
+from oomlab.tools.profile.analysis import TOOL, called_from, category_label, where
 from oomlab.units import MIB, format_bytes, in_mib
 
 __all__ = ["draw", "peak_window", "render"]
@@ -85,6 +85,10 @@ def _peak_text(result: dict, peak: dict):
     text.append(f"{peak.get('op') or 'n/a'}" + (f"  ({peak['context']})" if peak.get("context") else "") + "\n")
     text.append("line: ", style="bold")
     text.append(f"{where(peak) or 'n/a'}  {peak.get('text') or ''}\n")
+    if peak.get("caller"):
+        caller = peak["caller"]
+        text.append("called from: ", style="bold")
+        text.append(f"{where(caller)}  {caller.get('text') or ''}\n")
     culprit = peak.get("culprit") or {}
     if culprit.get("line"):
         text.append("culprit: ", style="bold")
@@ -238,6 +242,8 @@ def _annotate_peak(ax, result: dict) -> None:
     text = f"{label} {format_bytes(peak['total_bytes'])}: {peak.get('op') or 'n/a'}"
     if peak.get("line"):
         text += f"\n{where(peak)}  {_short(peak.get('text'))}"
+        if peak.get("caller"):
+            text += f"\n{called_from(peak)[2:]}  {_short(peak['caller'].get('text'))}"
     culprit = peak.get("culprit") or {}
     if culprit.get("line") and culprit["line"] != peak.get("line"):
         text += f"\nmost of it from {where(culprit)}  {_short(culprit.get('text'))}"
