@@ -225,14 +225,15 @@ class Sites:
         if key not in self._frames:
             path = _resolve(name, self.script)
             in_script = is_script(path, self.script)
+            user = in_script or not is_library(path or name)
             self._frames[key] = {
-                "file": os.path.basename(name) if in_script else name,
+                "file": os.path.basename(name) if in_script else (user and _beside(path, self.script)) or name,
                 "path": path,
                 "line": line,
                 "function": function,
                 "text": linecache.getline(path, line).strip() if path else "",
                 "script": in_script,
-                "user": in_script or not is_library(path or name),
+                "user": user,
             }
         return self._frames[key]
 
@@ -274,6 +275,15 @@ def _read(location, attribute: str, default):
         return getattr(location, attribute)
     except (UnicodeDecodeError, AttributeError, RuntimeError):
         return default
+
+
+def _beside(path: str | None, script: str) -> str | None:
+    """``path`` relative to the script's folder when it lies there (``model.py`` beside ``train.py``), else None."""
+    if not path or not script:
+        return None
+    folder = os.path.dirname(os.path.abspath(script))
+    path = os.path.abspath(path)
+    return os.path.relpath(path, folder) if path.startswith(folder + os.sep) else None
 
 
 def _resolve(name: str, script: str) -> str | None:
