@@ -27,7 +27,7 @@ INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
 	|| $(PIP_TORCH) "$(TORCH)"
 endif
 
-.PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts clean
+.PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts viewer-shots clean
 
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -104,6 +104,15 @@ figures: $(BIN)/oomlab
 # On a GPU: run the probes in course/probes/ and rewrite course/measurements/facts.json.
 facts: $(BIN)/oomlab
 	$(BIN)/oomlab dev facts
+
+# No GPU: PyTorch's memory viewer on the committed snapshots, in headless Chromium, into course/figures/.
+# Neither input is in the project (see the README): make viewer-shots MEMORY_VIZ=path/MemoryViz.js D3=path/node_modules
+MEMORY_VIZ ?=
+D3 ?=
+viewer-shots: $(BIN)/oomlab
+	@if [ -z "$(MEMORY_VIZ)" ] || [ -z "$(D3)" ]; then \
+		echo "viewer-shots: give MEMORY_VIZ=path/to/MemoryViz.js and D3=path/to/node_modules (see the README)"; exit 2; fi
+	$(BIN)/oomlab dev viewer-shots --memory-viz "$(MEMORY_VIZ)" --d3 "$(D3)"
 
 clean:
 	rm -rf $(VENV) site build  # never .oomlab: it keeps your backups

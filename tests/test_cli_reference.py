@@ -115,6 +115,8 @@ def test_defaults_and_flag_pairs_are_shown(page, tree):
                 assert cells[2] == f"`{(param.opts if param.default else param.secondary_opts)[0]}`"
             elif param.default is not None and param.default is not False and not callable(param.default):
                 assert cells[2] == f"`{param.default}`", row
+            elif param.required:  # `oomlab dev viewer-shots --memory-viz`
+                assert cells[2] == "required", row
             else:
                 assert cells[2] == "", row
             if not param.is_flag and param.metavar:

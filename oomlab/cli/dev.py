@@ -5,6 +5,8 @@
 - ``bench``: ``course/measurements/speed.json``, how long a learner waits for each command;
 - ``figures``: ``course/figures/``, the tools' pictures;
 - ``facts``: ``course/measurements/facts.json``, the probes in ``course/probes/`` (see :mod:`oomlab.site.facts`);
+- ``viewer-shots``: ``course/figures/*-memory-viz.png``, PyTorch's memory viewer on the committed snapshots, in
+  Chromium and offline (no GPU; see :mod:`oomlab.site.viewer_shots`);
 - ``calibrate``: an exercise's runs under a generous ceiling, to size its budget (writes nothing committed).
 
 Each reads the manifests as the working tree has them (``Course(working_tree=True)``), not the
@@ -259,6 +261,34 @@ def figures(
     with console.status(f"Running each exercise's tool, {jobs} at a time…") as status:
         written = regenerate(course, out or course.root / reports.FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs)
     for path in written:
+        console.print(f"Wrote {relpath(path, course.root)}")
+
+
+@dev_app.command("viewer-shots")
+def viewer_shots(
+    memory_viz: Path = typer.Option(
+        ...,
+        "--memory-viz",
+        metavar="FILE",
+        help="PyTorch's torch/utils/viz/MemoryViz.js, from its repository at the snapshots' torch version",
+    ),
+    d3: Path = typer.Option(
+        ..., "--d3", metavar="FOLDER", help="the node_modules folder of `npm install d3@5` (d3 and its d3-* packages)"
+    ),
+    timeout: float = typer.Option(60.0, min=1.0, metavar="SECONDS", help="how long the viewer may take to draw a snapshot"),
+) -> None:
+    """Screenshot PyTorch's memory viewer on the committed snapshots, offline in headless Chromium; no GPU needed.
+
+    Neither input is committed: the pictures and viewer-shots.json, which records what drew them, are.
+    """
+    from oomlab.site import viewer_shots as shots
+
+    course = Course(working_tree=True)
+    inputs = shots.check_inputs(memory_viz, d3)
+    figures_dir = course.root / reports.FIGURES_DIR
+    with console.status("Starting Chromium…") as status:
+        written, record = shots.take(inputs, figures_dir, timeout_s=timeout, note=lambda s: status.update(f"Drawing {s}…"))
+    for path in [*written, record]:
         console.print(f"Wrote {relpath(path, course.root)}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DOCS", "EQUIVALENCE", "FACTS", "FIGURES", "FIGURES_DIR", "SPEED", "VERIFY", "on_site"]
+__all__ = ["DOCS", "EQUIVALENCE", "FACTS", "FIGURES", "FIGURES_DIR", "SPEED", "VERIFY", "VIEWER_SHOTS", "on_site"]
 
 DOCS = Path("course")  # mkdocs' docs_dir
 VERIFY = DOCS / "measurements" / "verify.json"  # `oomlab dev verify`: every run of the truth check
@@ -18,6 +18,7 @@ SPEED = DOCS / "measurements" / "speed.json"  # `oomlab dev bench`: what a learn
 FACTS = DOCS / "measurements" / "facts.json"  # `oomlab dev facts`: the probes the pages quote
 FIGURES_DIR = DOCS / "figures"  # `oomlab dev figures`: the pictures, and figures.json, their index
 FIGURES = FIGURES_DIR / "figures.json"
+VIEWER_SHOTS = FIGURES_DIR / "viewer-shots.json"  # `oomlab dev viewer-shots`: PyTorch's viewer on the snapshots
 
 
 def on_site(report: Path) -> str:

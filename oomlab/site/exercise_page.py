@@ -3,7 +3,8 @@
 In the order a learner needs it: the exercise (budget, allocator settings, the file to edit),
 the error the shipped script ends with, the commands, the script itself, what the grader checks
 (each threshold in words, computed by the grader's own check: :func:`passes_when`), the hints,
-what the step's tool showed on the bug and on the fix (``figures.json``), the reference fix
+what the step's tool showed on the bug and on the fix (``figures.json``) and, where it was drawn,
+PyTorch's own memory viewer on the same snapshot (``viewer-shots.json``), the reference fix
 folded away with what it changed (:mod:`oomlab.site.compare_fold`), the measured runs
 (``verify.json``), the tempting fixes that fail, the other fixes that pass, and the interview
 question. The manifest's text is shown as written; every figure comes from a report, passed in
@@ -26,6 +27,7 @@ from oomlab.site.measured_runs import RUN_HEADER, budget, expectation_notes, run
 from oomlab.site.module_pages import page_uri, step_tag
 from oomlab.site.oom_message import learner_view
 from oomlab.site.reports import PROBES, VERIFY_JSON, Reports, drawn_on, measured_date, measured_on
+from oomlab.site.viewer_shots import SHOTS
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib
 
 __all__ = ["FIX_FOLD", "exercise_page", "passes_when", "recorded_error"]
@@ -509,8 +511,34 @@ def figure_section(ex: Exercise, reports: Reports) -> list[str]:
                 "block and its stack yourself; `oomlab snapshot FILE.pickle` reads it offline.",
                 "",
             ]
+            body += viewer_shot(uri, reports.viewer_shot(figure["snapshot"]))
     md += ['??? example "What it found, with the pictures"', "", *indented("\n".join(body)), ""]
     return md
+
+
+def viewer_shot(page_src_uri: str, record: dict | None) -> list[str]:
+    """PyTorch's viewer on a snapshot, as `oomlab dev viewer-shots` took it, with what the picture shows; [] where none.
+
+    The caption is the shot's own (:data:`~oomlab.site.viewer_shots.SHOTS`), and what the viewer printed
+    where the pointer rests is quoted from the record, as the viewer printed it.
+    """
+    shot = next((s for s in SHOTS if record and s.png == record.get("png") and s.view == record.get("view")), None)
+    if shot is None:
+        return []
+    said = ""
+    if record.get("pointed_at"):
+        said = f" Below the drawing it prints `{record['pointed_at']}`"
+        said += f", and the stack below names `{record['course_frame']}`." if record.get("course_frame") else "."
+    return [
+        f"In PyTorch's own viewer, *{shot.view}*, the same snapshot looks like this (taken offline by "
+        "`oomlab dev viewer-shots`):",
+        "",
+        picture(page_src_uri, shot.png, f"PyTorch's memory viewer, {shot.view}, on {shot.pickle}"),
+        "",
+        f"{shot.caption}{said} Drop the snapshot on [pytorch.org/memory_viz](https://pytorch.org/memory_viz) and "
+        f"choose *{shot.view}* in its second menu to see it there yourself.",
+        "",
+    ]
 
 
 def wrong_fix_section(ex: Exercise, reports: Reports) -> list[str]:

@@ -4,7 +4,8 @@ A page written by hand states no figure and draws no picture itself: it leaves a
 :func:`render` puts in what the course measured or drew, so the page follows the course:
 
 - ``<!-- oomlab:figure FILE alt -->``: a picture that ``oomlab dev figures`` drew (listed in
-  ``figures.json``), or a line saying it is not drawn yet;
+  ``figures.json``) or ``oomlab dev viewer-shots`` took (``viewer-shots.json``), or a line saying
+  it is not drawn yet;
 - ``<!-- oomlab:diagram NAME -->``: a diagram drawn at build time from the code (:data:`DIAGRAMS`:
   the workflow's, :mod:`oomlab.site.diagram`, and the segments', :mod:`oomlab.site.segments_diagram`);
 - ``<!-- oomlab:modules -->``: the path through the course, module by module;
@@ -34,6 +35,7 @@ from oomlab.site.markdown import link_from, picture
 from oomlab.site.module_pages import exercise_table, modules_overview, page_uri
 from oomlab.site.oom_message import annotated
 from oomlab.site.reports import FACTS_JSON, PROBES, Reports, measured_date, measured_on
+from oomlab.site.viewer_shots import PNG_SUFFIX
 
 __all__ = ["DIAGRAMS", "render"]
 
@@ -128,9 +130,12 @@ def diagram(page_src_uri: str, name: str) -> str:
 
 
 def figure_image(page_src_uri: str, name: str, alt: str, reports: Reports) -> str:
-    """A picture from course/figures/ that figures.json lists, or a line saying what will draw it."""
+    """A picture from course/figures/ that figures.json or viewer-shots.json lists, or a line saying what will draw it."""
     drawn = {f for figure in reports.figures.get("figures", {}).values() for f in figure.get("files") or []}
+    drawn |= {shot.get("png") for shot in reports.viewer_shots.get("shots", [])}
     if name not in drawn:
+        if name.endswith(PNG_SUFFIX):
+            return f"*(The picture {name} is not drawn yet: `oomlab dev viewer-shots` takes it, no GPU needed.)*"
         return f"*(The picture {name} is not drawn yet: on a CUDA GPU, `oomlab dev figures` draws it.)*"
     return picture(page_src_uri, name, alt)
 

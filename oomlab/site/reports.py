@@ -9,7 +9,9 @@ GPU and that is committed under ``course/`` (the docs folder):
 - ``measurements/facts.json``: what the probe scripts in ``probes/`` measured, from
   ``oomlab dev facts`` (:mod:`oomlab.site.facts`);
 - ``measurements/speed.json``: how long a learner waits, from ``oomlab dev bench``;
-- ``measurements/equivalence.json``: forked runs against fresh ones, from ``oomlab dev equivalence``.
+- ``measurements/equivalence.json``: forked runs against fresh ones, from ``oomlab dev equivalence``;
+- ``figures/viewer-shots.json``: PyTorch's memory viewer on the snapshots, from ``oomlab dev viewer-shots``
+  (:mod:`oomlab.site.viewer_shots`; no GPU, but two inputs the course does not ship).
 
 :func:`load` reads them all, with the exercises they describe, into one :class:`Reports` when
 the build starts (``on_config`` in :mod:`oomlab.site.hooks`); every page is then made from that
@@ -41,6 +43,7 @@ __all__ = [
     "PROBES",
     "SPEED_JSON",
     "VERIFY_JSON",
+    "VIEWER_SHOTS_JSON",
     "Reports",
     "derived_facts",
     "drawn_on",
@@ -58,6 +61,7 @@ FIGURES_JSON = committed.on_site(committed.FIGURES)
 FACTS_JSON = committed.on_site(committed.FACTS)
 SPEED_JSON = committed.on_site(committed.SPEED)
 EQUIVALENCE_JSON = committed.on_site(committed.EQUIVALENCE)
+VIEWER_SHOTS_JSON = committed.on_site(committed.VIEWER_SHOTS)
 PROBES = committed.on_site(site_facts.PROBES_DIR)  # the probe scripts behind facts.json
 
 
@@ -74,6 +78,11 @@ class Reports:
     derived: dict = field(default_factory=dict)  # figures that follow from the manifests and facts.json (`course.*`)
     speed: dict | None = None  # speed.json, None before `oomlab dev bench` ran
     equivalence: dict | None = None  # equivalence.json, None before `oomlab dev equivalence` ran
+    viewer_shots: dict = field(default_factory=dict)  # viewer-shots.json, empty before `oomlab dev viewer-shots` ran
+
+    def viewer_shot(self, snapshot: str) -> dict | None:
+        """The record of PyTorch's viewer drawn on ``snapshot`` (a pickle's file name), or None where it was not."""
+        return next((s for s in self.viewer_shots.get("shots", []) if s.get("snapshot") == snapshot), None)
 
     def measured(self, ex_id: str) -> dict | None:
         """The exercise's row of verify.json, or None when it has none (or there is no verify.json)."""
@@ -100,7 +109,7 @@ def load(root: Path, docs_dir: Path) -> Reports:
         raise PluginError(str(err)) from None
     if facts is None:
         log.info(f"There is no {FACTS_JSON} yet: on a CUDA GPU, `{site_facts.COMMAND}` writes it.")
-    speed, equivalence = (_load_json(docs_dir, name) for name in (SPEED_JSON, EQUIVALENCE_JSON))
+    speed, equivalence, viewer_shots = (_load_json(docs_dir, name) for name in (SPEED_JSON, EQUIVALENCE_JSON, VIEWER_SHOTS_JSON))
     figures_path = docs_dir / FIGURES_JSON
     figures = json.loads(figures_path.read_text(encoding="utf-8")) if figures_path.is_file() else {}
     if verify_problem:
@@ -115,6 +124,7 @@ def load(root: Path, docs_dir: Path) -> Reports:
         derived=derived_facts(exercises, facts),
         speed=speed,
         equivalence=equivalence,
+        viewer_shots=viewer_shots or {},
     )
 
 
