@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -160,6 +161,25 @@ def step_hooks() -> int:
 
 
 # --------------------------------------------------------------------------- the folder and the re-raise
+
+
+def test_under_a_distributed_launcher_each_ranks_report_is_named_by_its_rank(fake, train_py, tmp_path, monkeypatch):
+    """torchrun's RANK and WORLD_SIZE name the folder, so the ranks' reports in one folder can be told apart."""
+    fake(fragmented(train_py))
+    base = tmp_path / "reports"
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    for rank in ("3", "0"):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py):
+            raise oom()
+    names = sorted(folder.name for folder in base.iterdir())
+    assert [re.sub(r"^\d{8}-\d{6}", "", name) for name in names] == [f"-rank0-pid{os.getpid()}", f"-rank3-pid{os.getpid()}"]
+    readme = (base / names[1] / "README.txt").read_text()
+    assert "This process was rank 3 of 4" in readme
+    monkeypatch.delenv("RANK")  # outside a launcher: no rank, as before
+    with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py) as hook:
+        raise oom()
+    assert "rank" not in hook.last_report.name and "rank" not in (hook.last_report / "README.txt").read_text()
 
 
 def test_an_oom_inside_writes_every_file_then_propagates_unchanged(fake, train_py, tmp_path):

@@ -156,6 +156,13 @@ def readme_text(folder: Path, devices: list[int], problems: bool) -> str:
     listing = "\n".join(f"  {name:<{width}}  {what}" for name, what in rows)
     example = f"cuda{devices[0]}/snapshot.pickle" if devices else "cuda0/snapshot.pickle"
     no_device = "" if devices else "\nNo CUDA device had allocator activity in this process, so there is no snapshot.\n"
+    ranked = launcher_rank()
+    if ranked:
+        of = f" of {ranked[1]}" if ranked[1] else ""
+        no_device += (
+            f"\nThis process was rank {ranked[0]}{of} (RANK and WORLD_SIZE, as its launcher set them). Every rank that ran "
+            "out of memory wrote a folder of its own beside this one, named by its rank.\n"
+        )
     return (
         f"OOM report written by oomlab's OOM hook when the process ran out of GPU memory ({folder.name}).\n"
         "The out-of-memory error was raised again, unchanged, after this report was written.\n"
@@ -172,9 +179,32 @@ def readme_text(folder: Path, devices: list[int], problems: bool) -> str:
 # --------------------------------------------------------------------------- the folder
 
 
+def launcher_rank() -> tuple[int, int | None] | None:
+    """``(rank, world size)`` as torchrun and torch.distributed's launchers set them (``RANK``, ``WORLD_SIZE``).
+
+    None outside such a launcher. Read from the environment, not from ``torch.distributed``: the
+    report must name its rank even when the process group was never started or is the thing that broke.
+    """
+    try:
+        rank = int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
+    try:
+        world = int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        world = None
+    return rank, world
+
+
 def report_folder(base: Path) -> Path:
-    """A new folder ``base/<date>-<time>-pid<pid>``; a second OOM in the same second gets ``-2``, ``-3``..."""
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-pid{os.getpid()}"
+    """A new folder ``base/<date>-<time>-pid<pid>``; a second OOM in the same second gets ``-2``, ``-3``...
+
+    Under a distributed launcher the rank comes before the pid (``-rank3-pid4242``): every rank that
+    runs out of memory writes its own folder into the same ``base``, and the rank tells them apart.
+    """
+    ranked = launcher_rank()
+    rank = f"-rank{ranked[0]}" if ranked else ""
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}{rank}-pid{os.getpid()}"
     base.mkdir(parents=True, exist_ok=True)
     for n in range(1, 1000):
         folder = base / (stem if n == 1 else f"{stem}-{n}")
