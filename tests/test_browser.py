@@ -11,24 +11,21 @@ selenium (the dev extra) and the docs extra; skipped without them. About 20 s on
 
 from __future__ import annotations
 
-import functools
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from html.parser import HTMLParser
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from oomlab.site.chromium import CHROMEDRIVER, CHROMIUM, OFFLINE_FLAGS, serve
+
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("material", reason="the docs extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("selenium", reason="selenium is not installed: pip install -e '.[dev]'")
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 for _binary in (CHROMIUM, CHROMEDRIVER):
     if not _binary.is_file():
         pytest.skip(
@@ -44,18 +41,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 # --disable-background-networking and friends: left alone, Chromium calls Google. The resolver
 # rule makes sure nothing leaves even if a page asks; the attempt is still in the log and fails.
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,900",  # wide enough for the navigation sidebar and the header's search box
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-)
+CHROMIUM_FLAGS = (*OFFLINE_FLAGS, "--window-size=1280,900")  # wide enough for the sidebar and the search box
 LOCAL_SCHEMES = ("data", "blob", "about")
 LOAD_TIMEOUT_S = 20
 SEARCH_WORD = "fragmentation"
@@ -75,25 +61,6 @@ LINKS_JS = "return [...document.querySelectorAll('a[href]')].map(a => [a.getAttr
 
 
 # --------------------------------------------------------------------------- serving and the browser
-
-
-@contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """Serve a folder on 127.0.0.1 on a free port from a background thread; yields the base URL."""
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

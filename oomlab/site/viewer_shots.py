@@ -41,25 +41,23 @@ snapshots, so a snapshot redrawn by ``oomlab dev figures`` asks for new pictures
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import json
 import re
 import shutil
 import struct
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from oomlab.course import reports
 from oomlab.errors import OomLabError
+from oomlab.site.chromium import CHROMEDRIVER, CHROMIUM, OFFLINE_FLAGS, serve
 
 __all__ = [
     "CHROMEDRIVER",
@@ -78,8 +76,6 @@ __all__ = [
     "take",
 ]
 
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's, as tests/test_browser.py uses it
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WINDOW = (1400, 900)  # the viewport, in CSS pixels at a device scale of 1: the picture's size
 DRAW_TIMEOUT_S = 60.0  # how long the viewer may take to draw the largest snapshot
 RECORD = reports.VIEWER_SHOTS
@@ -157,19 +153,7 @@ SHOTS = (
 
 # Chromium without its calls home; --host-resolver-rules makes sure nothing leaves the machine even if a
 # page asks, and the attempt still shows in the performance log.
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    f"--window-size={WINDOW[0]},{WINDOW[1]}",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-)
+CHROMIUM_FLAGS = (*OFFLINE_FLAGS, "--hide-scrollbars", f"--window-size={WINDOW[0]},{WINDOW[1]}")
 
 # The page: the import map, a place for errors, and the viewer fed one snapshot. {…} are filled by page().
 PAGE = """<!doctype html>
@@ -332,27 +316,6 @@ def lay_out(folder: Path, inputs: Inputs, shot: Shot, snapshot: Path) -> None:
         target = folder / "node_modules" / package.name
         if not target.exists():
             shutil.copytree(package, target, ignore=shutil.ignore_patterns("node_modules", "*.md"))
-
-
-@contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """Serve a folder on 127.0.0.1 on a free port from a background thread; yields the base URL."""
-
-    class Quiet(SimpleHTTPRequestHandler):
-        extensions_map = {**SimpleHTTPRequestHandler.extensions_map, ".js": "text/javascript"}
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 # --------------------------------------------------------------------------- the browser
