@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from oomlab.site.chromium import CHROMEDRIVER, CHROMIUM, OFFLINE_FLAGS, serve
+from oomlab.site.chromium import CHROMEDRIVER, CHROMIUM, serve, start
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
 pytest.importorskip("material", reason="the docs extra is not installed: pip install -e '.[docs]'")
@@ -33,15 +33,13 @@ for _binary in (CHROMIUM, CHROMEDRIVER):
             allow_module_level=True,
         )
 
-from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import TimeoutException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 # --disable-background-networking and friends: left alone, Chromium calls Google. The resolver
 # rule makes sure nothing leaves even if a page asks; the attempt is still in the log and fails.
-CHROMIUM_FLAGS = (*OFFLINE_FLAGS, "--window-size=1280,900")  # wide enough for the sidebar and the search box
+WINDOW_FLAG = "--window-size=1280,900"  # wide enough for the sidebar and the search box
 LOCAL_SCHEMES = ("data", "blob", "about")
 LOAD_TIMEOUT_S = 20
 SEARCH_WORD = "fragmentation"
@@ -65,14 +63,7 @@ LINKS_JS = "return [...document.querySelectorAll('a[href]')].map(a => [a.getAttr
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    # An explicit chromedriver: Selenium Manager never looks for (or downloads) one.
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver = start(tmp_path_factory.mktemp("chromium-profile"), WINDOW_FLAG)
     driver.set_page_load_timeout(LOAD_TIMEOUT_S)
     driver.set_script_timeout(LOAD_TIMEOUT_S)
     try:

@@ -55,3 +55,21 @@ def serve(directory: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def start(profile: Path, *flags: str):
+    """Chromium through selenium: :data:`OFFLINE_FLAGS` and ``flags``, a fresh profile in ``profile``, every log kept.
+
+    The chromedriver is named, so Selenium Manager never looks for (or downloads) one. Raises
+    selenium's own errors; the caller says what they mean for its user.
+    """
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*OFFLINE_FLAGS, *flags):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)

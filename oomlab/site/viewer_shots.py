@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 
 from oomlab.course import reports
 from oomlab.errors import OomLabError
-from oomlab.site.chromium import CHROMEDRIVER, CHROMIUM, OFFLINE_FLAGS, serve
+from oomlab.site.chromium import CHROMEDRIVER, CHROMIUM, serve, start
 
 __all__ = [
     "CHROMEDRIVER",
@@ -153,7 +153,7 @@ SHOTS = (
 
 # Chromium without its calls home; --host-resolver-rules makes sure nothing leaves the machine even if a
 # page asks, and the attempt still shows in the performance log.
-CHROMIUM_FLAGS = (*OFFLINE_FLAGS, "--hide-scrollbars", f"--window-size={WINDOW[0]},{WINDOW[1]}")
+CHROMIUM_FLAGS = ("--hide-scrollbars", f"--window-size={WINDOW[0]},{WINDOW[1]}")  # beside chromium.OFFLINE_FLAGS
 
 # The page: the import map, a place for errors, and the viewer fed one snapshot. {…} are filled by page().
 PAGE = """<!doctype html>
@@ -330,19 +330,11 @@ def chromium(profile: Path):
                 f"{binary} is missing: the pictures are taken in Debian's Chromium.", "apt-get install chromium chromium-driver"
             )
     try:
-        from selenium import webdriver
         from selenium.common.exceptions import WebDriverException
-        from selenium.webdriver.chrome.service import Service
     except ImportError:
         raise OomLabError("selenium is not installed: the pictures are taken through it.", "pip install -e '.[dev]'") from None
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    try:  # an explicit chromedriver: Selenium Manager never looks for (or downloads) one
-        driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    try:
+        driver = start(profile, *CHROMIUM_FLAGS)
     except WebDriverException as err:
         raise OomLabError(f"Chromium did not start: {err.msg or err}".strip()) from None
     try:
