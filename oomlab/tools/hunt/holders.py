@@ -196,6 +196,12 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
     """One row per root from the walk's claims; ``since`` (a sequence number) tells this step's graphs from older ones."""
     rows = {}
     sequence_of: dict[int, int | None] = {}  # node id -> its sequence number, read once
+
+    def sequence(node) -> int | None:
+        if id(node) not in sequence_of:
+            sequence_of[id(node)] = inflight.sequence_nr(node)
+        return sequence_of[id(node)]
+
     for key, (root, tid, entry, nbytes) in walk.claims.items():
         row = rows.setdefault(
             root,
@@ -222,7 +228,8 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
             row["direct_bytes"] += nbytes
             row["tensors"] += 1
             if since is not None:  # a tensor an earlier step's forward made: kept across steps, whatever the baseline says
-                number = _made_by(walk.seen.get(tid), sequence_of)
+                node = _grad_fn(walk.seen.get(tid))
+                number = None if node is None else sequence(node)
                 if number is not None and number < since:
                     row["earlier_step_bytes"] += nbytes
         else:
@@ -231,9 +238,7 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
             row["graph_ids"].add(entry)
             node = walk.parent[tid][0]
             if since is not None and node is not None:
-                if node not in sequence_of:
-                    sequence_of[node] = inflight.sequence_nr(walk.seen[node])
-                number = sequence_of[node]
+                number = sequence(walk.seen[node])
                 if number is not None and number >= since:
                     row["step_graph_bytes"] += nbytes  # saved by a node this step made
         row["own"].append((nbytes, tid))
@@ -268,23 +273,17 @@ def _aggregate(walk: Walk, since: int | None) -> list[dict]:
     return holders
 
 
-def _made_by(tensor, sequence_of: dict[int, int | None]) -> int | None:
-    """The sequence number of the autograd node that made ``tensor`` (its ``grad_fn``), or None without one.
+def _grad_fn(tensor):
+    """The autograd node that made ``tensor``, or None (a leaf, a detached value, a tensor made without grad).
 
-    A tensor that requires grad and was computed, not created, carries the node that made
-    it; the node's number says in which step: below the number at the last optimizer step,
-    an earlier step's forward pass made it (logits appended to a list, say, whose graph
-    backward has freed), and it has outlived that step.
+    A tensor computed with grad carries the node that made it, and the node's sequence number says in
+    which step: below the number at the last optimizer step, an earlier step's forward pass made it
+    (logits appended to a list, say, whose graph backward has freed), and it has outlived that step.
     """
     try:
-        node = tensor.grad_fn
+        return tensor.grad_fn
     except Exception:  # noqa: BLE001 - a tensor subclass whose attributes fail: nothing to tell
         return None
-    if node is None:
-        return None
-    if id(node) not in sequence_of:
-        sequence_of[id(node)] = inflight.sequence_nr(node)
-    return sequence_of[id(node)]
 
 
 def _on_the_heaviest_branch(walk: Walk, own: list[tuple[int, int]], largest: int) -> int | None:
