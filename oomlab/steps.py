@@ -33,6 +33,11 @@ class Step:
     figure_options: dict = field(default_factory=dict, hash=False)  # probe options for the site's pictures
 
     @property
+    def probe(self) -> str:
+        """The module of the tool's probe, which the measuring child imports by this name (it knows no tool)."""
+        return f"oomlab.tools.{self.name}.probe"
+
+    @property
     def label(self) -> str:
         return f"{self.number} {self.short}"
 

@@ -7,7 +7,7 @@ import pytest
 from oomlab.errors import OomLabError
 from oomlab.grading.checks import CHECKS, close, run_checks, workload_differences
 from oomlab.measure.harness import Measurement
-from oomlab.units import MIB
+from oomlab.units import MIB, format_bytes
 
 BUDGET = 1024 * MIB
 
@@ -561,3 +561,40 @@ def test_host_memory_that_grows_far_beyond_the_references_fails_unless_the_exerc
     within = witness()
     within["maxrss_bytes"] = 1800 * MIB + 1100 * MIB  # the reference's 200 MiB and the default slack of 1 GiB
     assert check("host_memory", measurement(witness=within)).passed
+
+
+def largest_passing(check, params: dict, base: int) -> int:
+    """The largest figure ``check.evaluate`` passes against a reference of ``base``, found by bisection."""
+    as_run = lambda v: Measurement(script="", status="ok", stats={check.stat: v})  # noqa: E731
+    passes = lambda v: check.evaluate(as_run(v), as_run(base), params).passed  # noqa: E731
+    lo, hi = base, 2 * base + 2
+    while passes(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("params", [{}, {"tolerance": 0.02}, {"tolerance": 0.05, "slack_mib": 64}, {"slack_mib": 0.5}], ids=str)
+@pytest.mark.parametrize("base", [1, 3 << 20, 1_308_622_848])
+def test_the_words_a_byte_check_gives_its_threshold_are_the_limit_it_grades_by(params, base):
+    """The exercise pages print ``passes_when``; what they say must be what ``evaluate`` does, byte for byte."""
+    check = CHECKS["peak_reserved"]
+    limit = largest_passing(check, params, base)
+    assert int(check.limit(base, params)) == limit
+    words = check.passes_when(params, {"peak_reserved": base}, "an H200")
+    assert words.endswith(f"at most {format_bytes(limit)}")
+    tolerance, slack = check.allowance(params)
+    assert f"plus {tolerance:.0%}" in words and (f"plus {format_bytes(slack)}" in words) == bool(slack)
+
+
+def test_the_retry_check_says_the_most_retries_it_lets_through():
+    check = CHECKS["retries"]
+    for most in (0, 2):
+        passes = [
+            check.evaluate(Measurement(script="", status="ok", stats={"retries": n}), None, {"max": most}).passed
+            for n in range(5)
+        ]
+        assert passes.index(False) == most + 1, f"max = {most} lets {most} retries through, not one more"
+        assert check.passes_when({"max": most}).startswith("no " if most == 0 else f"at most {most} ")

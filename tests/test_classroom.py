@@ -28,13 +28,13 @@ from oomlab.classroom.handin import clear
 from oomlab.classroom.kernel import GradingKernel
 from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
 from oomlab.classroom.notebook import INSTALLED_ONLY, build_notebook
-from oomlab.classroom.scoring import HONESTY, MEMORY, honesty_checks, magic_line, memory_checks
+from oomlab.classroom.scoring import honesty_checks, magic_line, memory_checks
 from oomlab.classroom.student import ANSWER_KEPT
 from oomlab.course import Course
 from oomlab.course.manifest import load_exercise
 from oomlab.course.originals import shipped_source
 from oomlab.errors import OomLabError
-from oomlab.grading.checks import CHECKS, CheckResult
+from oomlab.grading.checks import ALWAYS, CHECKS, CheckResult
 from oomlab.grading.truth import source_digest
 from oomlab.grading.verdict import Report
 from oomlab.measure.harness import Measurement
@@ -43,9 +43,10 @@ REPO = Path(__file__).resolve().parents[1]
 COURSE = Course(REPO, working_tree=True)  # what `oomlab nbgrader build` and the student wheel are made from
 
 
-def test_every_check_either_earns_points_or_guards_them():
-    assert set(CHECKS) == MEMORY | HONESTY
-    assert not MEMORY & HONESTY
+def test_the_checks_that_earn_points_are_the_memory_checks_and_none_of_those_every_run_gets():
+    earning = {name for name, check in CHECKS.items() if check.earns_points}
+    assert earning == {"no_oom", "peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "plateau"}
+    assert not earning & set(ALWAYS), "a check every run gets would give every notebook its points"
 
 
 @pytest.mark.parametrize("ex", COURSE.exercises, ids=lambda e: e.id)
@@ -82,7 +83,8 @@ def test_build_writes_the_course_and_a_rebuild_changes_nothing(tmp_path):
     built = build_course(tmp_path / "class")
     root = built.root
     assert (root / CONFIG).read_text().count(LOAD_OURS) == 1
-    assert Course(root / PINNED).exercises, "the pinned copy is a course of its own"
+    assert Course(root / PINNED).ids_in_order == COURSE.ids_in_order, "the pinned copy is a course of its own, in its order"
+    assert list(built.assignments) == [m.name for m in COURSE.modules], "an assignment per module, in teaching order"
     for module, ids in built.assignments.items():
         assert sorted(p.stem for p in (root / "source" / module).glob("*.ipynb")) == sorted(ids)
     assert not list((root / "source").rglob("solutions")), "nothing under source/ is released that the students may not see"

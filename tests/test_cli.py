@@ -77,7 +77,7 @@ def test_no_arguments_shows_progress_and_what_to_do(root):
 
 
 def test_list(root):
-    from oomlab.course.modules import MODULES
+    from oomlab.course import Course
 
     every = ids(root)
     rc, out = oomlab(root, "list")
@@ -87,11 +87,11 @@ def test_list(root):
     assert f"{every.index('one-hot-peak') + 1} one-hot-peak" in out
     assert "1.00 GiB" in out  # eval-graphs' budget
     # Grouped by module, in the modules' order.
-    shown = [out.index(m.title) for m in MODULES if m.title in out]
-    assert len(shown) >= 4 and shown == sorted(shown)
+    modules = Course(root, working_tree=True).modules
+    shown = [out.index(m.title) for m in modules if m.title in out]
+    assert len(shown) == len(modules) >= 4 and shown == sorted(shown)
     assert out.index("Step 2: hunt dangling references") < out.index("eval-graphs") < out.index("Step 3: profile the peak")
     # Module 1 comes before the steps are taught: its exercises' step reads "0→" (read the error first), no other's does.
-    from oomlab.course import Course
     from oomlab.course.modules import met_before_its_step
 
     for ex in Course(root).exercises:
@@ -199,7 +199,7 @@ def test_a_malformed_manifest_blocks_only_its_own_exercise_and_renumbers_nothing
     n, k = len(every), every.index("one-hot-peak") + 1  # its number stays its own
     after = every[k]  # the exercise after it keeps its number too: `oomlab hint K+1` opens the same one
     path = root / "exercises" / "one-hot-peak" / "exercise.toml"
-    path.write_text(path.read_text().replace("order = 12", "order = = 12"))
+    path.write_text(path.read_text().replace('step = "profile"', 'step = = "profile"'))
     rc, out = oomlab(root, "list")
     assert rc == 0
     assert re.search(rf"{k} one-hot-peak exercises/one-hot-peak/exercise.toml is not valid TOML.* broken", out), out
@@ -219,6 +219,24 @@ def test_a_malformed_manifest_blocks_only_its_own_exercise_and_renumbers_nothing
     assert rc == 0 and "Hint 1 of 3 for eval-graphs" in out
     rc, out = oomlab(root, "reset", "eval-graphs")
     assert rc == 0 and "already the original" in out
+
+
+def test_an_exercise_folder_and_the_list_of_modules_that_disagree_say_which_file_to_edit_and_what_to_add(root):
+    every = ids(root)
+    shutil.copytree(root / "exercises" / "eval-graphs", root / "exercises" / "my-exercise")
+    shutil.rmtree(root / "exercises" / "retain-graph")
+    listed = root / "exercises" / "modules.toml"
+    rc, out = oomlab(root, "list")
+    assert rc == 0, out
+    k = every.index("retain-graph") + 1
+    assert re.search(rf" {k} retain-graph exercises/modules.toml names the exercise 'retain-graph' .* broken", out), out
+    assert f" {k + 1} {every[k]} " in out, "the exercise after it keeps its number"
+    assert re.search(rf" {len(every) + 1} my-exercise exercises/my-exercise is an exercise folder that .* broken", out), out
+    rc, out = oomlab(root, "hint", "my-exercise")
+    assert rc == 2 and f'Add "my-exercise" to the exercises of its module in {listed}' in out, out
+    rc, out = oomlab(root, "hint", str(k))
+    assert rc == 2 and "Add the folder exercises/retain-graph/ with its script and exercise.toml, or take" in out, out
+    assert f"out of {listed}" in out
 
 
 def test_doctor_without_a_gpu(root):

@@ -67,7 +67,7 @@ def test_the_graders_grade_your_files_with_the_shipped_manifests_and_check_the_c
     assert "[feature-cache-clone-each-chunk]" in yours.stdout and "my-clone" not in yours.stdout
     assert "[feature-cache-my-clone]" in course.stdout and "clone-each-chunk" not in course.stdout
     # A manifest of yours that no longer parses stops nothing of yours; the course's own check names it.
-    path.write_text(text.replace("order = ", "order = = ", 1), encoding="utf-8")
+    path.write_text(text.replace("step = ", "step = = ", 1), encoding="utf-8")
     yours, course = collected(root), collected(root, "--solutions")
     assert yours.returncode == 0 and "test_your_fix_passes[feature-cache]" in yours.stdout, yours.stdout + yours.stderr
     assert course.returncode != 0 and "exercises/feature-cache/exercise.toml is not valid TOML" in course.stdout + course.stderr

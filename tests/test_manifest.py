@@ -11,10 +11,10 @@ import pytest
 
 from oomlab.course import Course
 from oomlab.course.manifest import STEP_NAMES
-from oomlab.course.modules import MODULES
 from oomlab.course.shipped import init_course
 from oomlab.course.state import StateDir
 from oomlab.errors import OomLabError
+from oomlab.grading import verdict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,14 +38,33 @@ def load_error(root: Path) -> str:
     return str(err.value)
 
 
+def grading_error(root: Path, ex_id: str) -> str:
+    """What grading the exercise says of its manifest's checks, before it measures anything.
+
+    The course loads a manifest's ``[checks]`` as tables; which checks exist and what
+    parameters each takes is the grader's to say (the course never imports the grader).
+    """
+    ex = Course(root, working_tree=True).get(ex_id)
+    with pytest.raises(OomLabError) as err:
+        verdict.grade(ex, ex.solution_path)
+    return str(err.value)
+
+
+@pytest.fixture(autouse=True)
+def nothing_is_measured(monkeypatch):
+    def measure(*args, **kwargs):
+        raise AssertionError("a manifest's checks are validated before anything is measured")
+
+    monkeypatch.setattr(verdict, "measure_exercise_file", measure)
+
+
 def test_the_copy_loads(course_copy):
     course = Course(course_copy, working_tree=True)
     ids = [e.id for e in course.exercises]
     assert ids.index("feature-cache") < ids.index("eval-graphs") < ids.index("one-hot-peak")
-    # Module by module, in the modules' order, then by order within the course.
-    rank = [m.name for m in MODULES]
-    keys = [(rank.index(e.module), e.order) for e in course.exercises]
-    assert keys == sorted(keys)
+    # In the order of the course's list: module by module, each module's exercises as it names them.
+    assert ids == [ex_id for m in course.modules for ex_id in m.exercises] == course.ids_in_order
+    assert all(e.module is not None and e.id in e.module.exercises for e in course.exercises)
     ex = course.get("feature-cache")
     assert ex.manifest_path == manifest(course_copy, "feature-cache")
     assert isinstance(ex.time_limit_s, float)  # an int in TOML is accepted where a float is wanted
@@ -53,8 +72,8 @@ def test_the_copy_loads(course_copy):
 
 
 def test_invalid_toml(course_copy):
-    path = edit(course_copy, "eval-graphs", "order = 6\n", "order = = 6\n")
-    line = path.read_text().splitlines().index("order = = 6") + 1
+    path = edit(course_copy, "eval-graphs", 'step = "hunt"\n', 'step = = "hunt"\n')
+    line = path.read_text().splitlines().index('step = = "hunt"') + 1
     message = load_error(course_copy)
     assert f"{path} is not valid TOML" in message
     assert f"line {line}" in message
@@ -70,12 +89,12 @@ def test_missing_key(course_copy):
     "find, replace, words",
     [
         ("budget_bytes = 1_073_741_824", 'budget_bytes = "1 GiB"', "'budget_bytes' should be a int, found str '1 GiB'"),
-        ("order = 6", "order = true", "'order' should be a int, found bool True"),
+        ("budget_bytes = 1_073_741_824", "budget_bytes = true", "'budget_bytes' should be a int, found bool True"),
         ("time_limit_s = 120", 'time_limit_s = "2 min"', "'time_limit_s' should be a float, found str"),
         ('alloc_conf = ""', "alloc_conf = 5", "'alloc_conf' should be a str, found int 5"),
         ("[checks.same_results]\nrtol", "[checks]\nsame_results = 3\n[checks.x]\nrtol", "[checks.same_results] must be a table"),
     ],
-    ids=["budget-str", "order-bool", "time-limit-str", "alloc-conf-int", "check-not-a-table"],
+    ids=["budget-str", "budget-bool", "time-limit-str", "alloc-conf-int", "check-not-a-table"],
 )
 def test_wrong_type(course_copy, find, replace, words):
     path = edit(course_copy, "eval-graphs", find, replace)
@@ -91,12 +110,6 @@ def test_hints_must_be_three_strings(course_copy, hints):
     path.write_text(re.sub(r"hints = \[.*?\n\]\n", f"hints = {hints}\n", text, flags=re.S), encoding="utf-8")
     message = load_error(course_copy)
     assert f"{path}: hints must be a list of 3 non-empty strings" in message
-
-
-def test_unknown_module(course_copy):
-    path = edit(course_copy, "eval-graphs", 'module = "hunt"', 'module = "hunting"')
-    message = load_error(course_copy)
-    assert f"{path}: module 'hunting' is not one of read-the-numbers, snapshot, hunt" in message
 
 
 def test_interview_needs_a_question_and_an_answer(course_copy):
@@ -131,21 +144,21 @@ def test_alternatives_load_as_fixes_that_must_pass(course_copy):
 
 def test_unknown_check(course_copy):
     path = edit(course_copy, "feature-cache", "[checks.retries]", "[checks.retry]")
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "feature-cache")
     assert f"{path}: unknown check 'retry'" in message
     assert "Known checks:" in message and "retries" in message
 
 
 def test_unknown_check_parameter(course_copy):
     path = edit(course_copy, "feature-cache", "[checks.retries]\nmax = 0", "[checks.retries]\nmaximum = 0")
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "feature-cache")
     assert f"{path}: [checks.retries]: unknown parameter 'maximum'" in message
     assert "Allowed: max" in message
 
 
 def test_check_parameter_of_the_wrong_type(course_copy):
     path = edit(course_copy, "feature-cache", "tolerance = 0.5", 'tolerance = "half"')
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "feature-cache")
     assert f"{path}: [checks.inactive_split_peak]: tolerance should be a float" in message
 
 
@@ -158,7 +171,7 @@ def test_symptom_not_among_the_checks(course_copy):
 
 def test_wrong_fix_expecting_a_check_the_exercise_lacks(course_copy):
     path = edit(course_copy, "eval-graphs", 'expect = "same_workload"', 'expect = "retries"')
-    message = load_error(course_copy)
+    message = grading_error(course_copy, "eval-graphs")
     assert str(path) in message and "expects check 'retries', which this exercise does not have" in message
 
 
@@ -217,7 +230,7 @@ def test_get_by_id(course):
 def test_get_by_number_follows_the_teaching_order(course):
     n = len(course.exercises)
     assert [course.get(str(i)).id for i in range(1, n + 1)] == [e.id for e in course.exercises]
-    assert course.get("1").order < course.get("2").order < course.get("3").order
+    assert [course.get(str(i)).id for i in (1, 2, 3)] == ["grads-during-forward", "checkpoints-on-gpu", "feature-cache"]
 
 
 @pytest.mark.parametrize("key", ["0", str(len(Course(REPO, working_tree=True).exercises) + 1), ""])
@@ -246,7 +259,7 @@ def test_unknown_id_without_a_close_match(course):
 
 def test_a_broken_manifest_blocks_only_its_own_exercise(course_copy):
     every = [e.id for e in Course(course_copy, working_tree=True).exercises]
-    path = edit(course_copy, "eval-graphs", "order = 6\n", "order = = 6\n")
+    path = edit(course_copy, "eval-graphs", 'step = "hunt"\n', 'step = = "hunt"\n')
     course = Course(course_copy, strict=False, working_tree=True)
     assert [e.id for e in course.exercises] == [e for e in every if e != "eval-graphs"]
     assert list(course.broken) == ["eval-graphs"]
@@ -259,11 +272,6 @@ def test_a_broken_manifest_blocks_only_its_own_exercise(course_copy):
         assert f"{path} is not valid TOML" in str(err.value)
     after = every[number]
     assert course.get(str(number + 1)).id == after and course.number(after) == number + 1
-    # Where nothing says where it belongs (no order line, no shipped copy), a broken exercise comes after the rest.
-    from oomlab.course.modules import MODULES
-
-    rank = {m.name: i for i, m in enumerate(MODULES)}
-    assert course._place_of_broken("no-such-exercise", rank) == (len(MODULES), 0, "no-such-exercise")
     with pytest.raises(OomLabError, match="Did you mean 'eval-graphs'"):
         course.get("eval-graph")
     # The graders, the site and `oomlab dev` keep the strict default: the first broken manifest is the error.
@@ -355,7 +363,7 @@ def test_without_its_state_folder_a_learners_folder_grades_with_the_packages_man
 
 def test_a_learners_manifest_that_no_longer_loads_blocks_nothing(learner_course):
     mine = manifest(learner_course, ID)
-    mine.write_text(mine.read_text(encoding="utf-8").replace("order = ", "order = = ", 1), encoding="utf-8")
+    mine.write_text(mine.read_text(encoding="utf-8").replace("step = ", "step = = ", 1), encoding="utf-8")
     course = Course(learner_course, strict=False)
     assert course.broken == {} and course.get(ID).manifest_edited
     assert course.get(ID).checks == Course(REPO, working_tree=True).get(ID).checks
@@ -399,7 +407,7 @@ def test_in_a_source_without_git_the_manifest_is_kept_once_it_loads(course_copy)
     find, replace, seen = LEARNER_EDITS["budget"]
     mine = manifest(course_copy, ID)
     good = mine.read_text(encoding="utf-8")
-    mine.write_text(good.replace("order = ", "order = = ", 1), encoding="utf-8")
+    mine.write_text(good.replace("step = ", "step = = ", 1), encoding="utf-8")
     course = Course(course_copy, strict=False)  # broken at first sight: named as the learner's, and not kept
     assert course.problem(ID).startswith(f"exercises/{ID}/exercise.toml is not valid TOML")
     mine.write_text(good, encoding="utf-8")

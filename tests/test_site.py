@@ -294,17 +294,15 @@ def test_each_exercise_page_draws_its_measured_runs_against_its_budget(site, cou
 
 
 def test_each_module_has_a_page_on_the_path_with_its_exercises_and_interview_questions(site, course):
-    from oomlab.course.modules import MODULES
-
     index = (site / "index.html").read_text(encoding="utf-8")
-    modules = [m for m in MODULES if any(ex.module == m.name for ex in course.exercises)]
+    modules = [m for m in course.modules if any(ex.module == m for ex in course.exercises)]
     assert modules, "no module has exercises"
     for number, module in enumerate(modules, 1):
         page = site / "modules" / f"{module.name}.html"
         assert page.is_file(), f"module {module.name} has no page"
         text = text_of(page)
         assert f"Module {number} of {len(modules)}" in text and first_words(module.goal, 5)[1:] in text
-        for ex in (e for e in course.exercises if e.module == module.name):
+        for ex in (e for e in course.exercises if e.module == module):
             question = normalize(ex.interview.question.replace("`", ""))
             assert ex.title in text and question in text, f"{ex.id} is not on the page of {module.name}"
             assert f'href="../exercises/{ex.id}.html#in-an-interview"' in page.read_text(encoding="utf-8")
@@ -467,22 +465,22 @@ def test_an_exercise_pages_chart_and_table_show_the_same_runs(site, course):
 
 def test_an_exercise_met_before_its_step_is_tagged_to_read_the_error_first(site, course):
     """The workflow is learned in its own order: module 1's exercises drill reading the numbers, their step comes later."""
-    from oomlab.course.modules import MODULES, met_before_its_step
+    from oomlab.course.modules import met_before_its_step
     from oomlab.steps import step
 
-    order = [m.name for m in MODULES]
+    order = [m.name for m in course.modules]
     early = [ex for ex in course.exercises if met_before_its_step(ex.module, ex.step)]
     assert early, "no exercise comes before the module that teaches its step"
-    assert all(order.index(ex.module) < order.index(ex.step) for ex in early)
+    assert all(order.index(ex.module.name) < order.index(ex.step) for ex in early)
     for ex in course.exercises:
         text = text_of(exercise_page(site, ex.id))
         start = text.index("Workflow step: ") + len("Workflow step: ")
         tag = text[start : text.index(first_words(ex.summary, 3), start)].strip()
         want = f"Read the error first, then {step(ex.step).heading}." if ex in early else f"{step(ex.step).heading}."
         assert tag == want, f"{ex.id}: {tag}"
-        module_page = text_of(site / "modules" / f"{ex.module}.html")
+        module_page = text_of(site / "modules" / f"{ex.module.name}.html")
         assert (f"Read the error first, then {step(ex.step).heading}" in module_page) == (ex in early), ex.id
-    first_module = text_of(site / "modules" / f"{MODULES[0].name}.html")
+    first_module = text_of(site / "modules" / f"{course.modules[0].name}.html")
     assert "3. Profile the peak |" not in first_module
 
 

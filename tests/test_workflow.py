@@ -18,6 +18,7 @@ from oomlab.measure import machine
 from oomlab.measure.harness import measure
 from oomlab.measure.machine import has_nvidia_driver
 from oomlab.steps import fix_first as summarize
+from oomlab.steps import step
 from oomlab.tools.run import resolve
 from oomlab.units import MIB, parse_size
 
@@ -96,6 +97,7 @@ def hunt_run(tmp_path, ending: str) -> tuple:
         time_limit_s=120,
         tool={
             "name": "hunt",
+            "probe": step("hunt").probe,
             "out_dir": str(out),
             "options": {"script": str(script), "device": "cpu"},
         },
@@ -125,7 +127,7 @@ def test_a_probe_that_cannot_start_leaves_the_run_alone(tmp_path):
         budget_bytes=None,
         require_cuda=False,
         time_limit_s=60,
-        tool={"name": "no_such_tool", "out_dir": str(tmp_path), "options": {}},
+        tool={"name": "no_such_tool", "probe": "oomlab.tools.no_such_tool.probe", "out_dir": str(tmp_path), "options": {}},
     )
     assert m.status == "ok" and "ran" in m.stdout
     assert "no_such_tool could not start" in m.tool_error

@@ -30,12 +30,13 @@ from oomlab.classroom.layout import BUILT, CONFIG, LOAD_OURS, OURS, PINNED
 from oomlab.classroom.notebook import build_notebook
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import MODULES
+from oomlab.course.modules import MODULE_LIST
 from oomlab.course.originals import shipped_source
 from oomlab.course.shipped import shipped_root
 from oomlab.course.state import NAME as STATE
 from oomlab.course.state import read_error, shown, write_atomic
 from oomlab.errors import OomLabError
+from oomlab.grading.checks import validate
 
 __all__ = ["Built", "assignments", "build_course", "config_text", "instructor_config"]
 
@@ -55,11 +56,8 @@ class Built:
 
 def assignments(course: Course) -> dict[str, list[Exercise]]:
     """One assignment per module that has exercises, named after it, in teaching order."""
-    return {
-        m.name: [e for e in course.exercises if e.module == m.name]
-        for m in MODULES
-        if any(e.module == m.name for e in course.exercises)
-    }
+    chosen = {m.name: [e for e in course.exercises if e.module == m] for m in course.modules}
+    return {name: exercises for name, exercises in chosen.items() if exercises}
 
 
 def instructor_config() -> str:
@@ -158,7 +156,9 @@ c.Autograde.autograde_preprocessors = [
 def _planned(course: Course) -> dict[str, bytes]:
     """Every file the build writes, by its path in the course folder."""
     files = {OURS: config_text(course).encode(), ".gitignore": f"{PINNED}/{STATE}/\n".encode()}
+    files[f"{PINNED}/exercises/{MODULE_LIST}"] = course.modules_file.read_bytes()  # the order and the modules
     for ex in course.exercises:
+        validate(ex)  # the notebooks' cells score the checks the manifest names
         files[f"{PINNED}/exercises/{ex.id}/exercise.toml"] = ex.manifest_path.read_bytes()
         files[f"{PINNED}/exercises/{ex.id}/{ex.file}"] = shipped_source(ex).encode()
         files[f"{PINNED}/solutions/{ex.id}/{ex.file}"] = ex.solution_path.read_bytes()

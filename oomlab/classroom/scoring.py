@@ -7,13 +7,11 @@ A learner's kernel has oomlab but not necessarily nbgrader's parts; the cells
 from __future__ import annotations
 
 from oomlab.course.manifest import Exercise
-from oomlab.grading.checks import ALWAYS
+from oomlab.grading.checks import ALWAYS, CHECKS
 
 __all__ = [
     "ANSWER_POINTS",
-    "HONESTY",
     "MAGIC",
-    "MEMORY",
     "POINTS_PER_CHECK",
     "honesty_checks",
     "magic_line",
@@ -21,36 +19,22 @@ __all__ = [
     "script_name",
 ]
 
-# What each check proves. Memory checks earn the points: the run fits, and as well as the
-# reference. Honesty checks earn none of their own, but a run that fails one earns no memory
-# points either: they say whether it is still the same training job, measured untouched.
-MEMORY = frozenset({"no_oom", "peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "plateau"})
-HONESTY = frozenset(
-    {
-        "untampered",
-        "settings",
-        "driver",  # what the driver saw agrees with the figures: no other process, no memory around the allocator
-        "cpu_time",  # no work moved to the CPU
-        "host_memory",  # no memory moved to the host
-        "same_workload",
-        "same_results",
-        "same_log",
-        "backward_per_step",
-    }
-)
 POINTS_PER_CHECK = 2
 ANSWER_POINTS = 2
 MAGIC = "%%writefile"
 
 
 def memory_checks(ex: Exercise) -> list[str]:
-    """The exercise's checks that earn points, in its manifest's order."""
-    return [name for name in ex.checks if name in MEMORY]
+    """The exercise's checks that earn points (memory checks), in its manifest's order."""
+    return [name for name in ex.checks if CHECKS[name].earns_points]
 
 
 def honesty_checks(ex: Exercise) -> list[str]:
-    """The checks every graded cell requires, hidden from the release: the two every run gets, then the manifest's."""
-    return list(ALWAYS) + [name for name in ex.checks if name in HONESTY and name not in ALWAYS]
+    """The checks every graded cell requires, hidden from the release: those every run gets, then the manifest's.
+
+    They earn no points of their own, but a run that fails one earns no memory points either: they say whether
+    it is still the same training job, measured untouched."""
+    return list(ALWAYS) + [name for name in ex.checks if not CHECKS[name].earns_points and name not in ALWAYS]
 
 
 def script_name(ex_id: str) -> str:

@@ -12,6 +12,7 @@ The student build is the same package with a smaller course:
   its data (:mod:`oomlab.classroom.tomltext`; its comments go) and loaded with
   :func:`~oomlab.course.manifest.load_exercise` before the wheel is written, so it loads as
   any other. The wrong fixes stay: the loader requires them, and each is a fix that fails;
+- the list of modules (``exercises/modules.toml``) as shipped: it orders the course;
 - the graders, so that ``oomlab init`` works;
 - no ``solutions/``.
 
@@ -39,6 +40,7 @@ from oomlab import __version__
 from oomlab.classroom import tomltext
 from oomlab.classroom.wheel import write_wheel
 from oomlab.course.manifest import load_exercise
+from oomlab.course.modules import MODULE_LIST
 from oomlab.course.shipped import shipped_root
 from oomlab.course.state import read_error, shown, write_error
 from oomlab.errors import OomLabError
@@ -63,8 +65,8 @@ def student_manifest(text: str) -> str:
 
 
 def student_course(shipped: Path) -> dict[str, bytes]:
-    """The student build's course, by path under ``_course/``: exercises (script and manifest) and graders."""
-    files: dict[str, bytes] = {}
+    """The student build's course, by path under ``_course/``: the list of modules, exercises (script and manifest) and graders."""
+    files: dict[str, bytes] = {f"exercises/{MODULE_LIST}": _read_bytes(shipped / "exercises" / MODULE_LIST)}  # as shipped
     for folder in sorted((shipped / "exercises").iterdir()):
         if not folder.is_dir() or folder.name.startswith((".", "_")):  # as the course reads them
             continue

@@ -21,7 +21,7 @@ from oomlab import __version__
 from oomlab.cli import app, console
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import MODULES, READ_FIRST, met_before_its_step, step_label
+from oomlab.course.modules import READ_FIRST, met_before_its_step, step_label
 from oomlab.course.originals import keep_originals, pristine_source
 from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
@@ -123,7 +123,7 @@ def overview(
         rows.add_row(f" {mark}", f"{i}.", e.id, Text(f"{e.title}  [{step_label(e.module, e.step)}]"), style=style)
     console.print(rows)
     if course.broken:
-        console.print(Text("Fix the broken exercise.toml named above; the other exercises work meanwhile.", style="red"))
+        console.print(Text("Fix what is named above for each broken exercise; the other exercises work meanwhile.", style="red"))
     if ex is None and course.broken:
         return
     if ex is None:
@@ -163,8 +163,8 @@ def list_exercises() -> None:
     for col in ("#", "exercise", "title", "step", "budget", "status"):
         table.add_column(col, width=widths.get(col), no_wrap=col in ("#", "step", "budget", "status"))
     numbered = [(course.number(e.id), e) for e in course.exercises]
-    for module in MODULES:
-        rows = [(i, e) for i, e in numbered if e.module == module.name]
+    for module in course.modules:
+        rows = [(i, e) for i, e in numbered if e.module == module]
         if not rows:
             continue
         table.add_row("", Text(module.title, style="bold cyan"), "", "", "", "", end_section=False)

@@ -1,5 +1,6 @@
-"""The course: a folder of exercises, each one folder with its script and ``exercise.toml``.
+"""The course: a folder of exercises, each one folder with its script and ``exercise.toml``, in the order ``exercises/modules.toml`` gives.
 
+- :mod:`~oomlab.course.modules` reads ``exercises/modules.toml``: the modules in teaching order, each with its exercises;
 - :mod:`~oomlab.course.manifest` reads and validates one ``exercise.toml``;
 - :mod:`~oomlab.course.shipped` finds the course shipped with the package, and ``init``;
 - :mod:`~oomlab.course.originals` keeps each exercise as shipped, and ``reset``;
@@ -12,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import re
 from pathlib import Path
 
 from oomlab.course.manifest import MANIFEST, Exercise, load_exercise
-from oomlab.course.modules import MODULES
+from oomlab.course.modules import Module, load_modules, modules_file
 from oomlab.course.originals import differs, keep_manifest, original_manifest
 from oomlab.course.shipped import is_source, shipped_root
 from oomlab.course.state import StateDir, shown
@@ -25,6 +25,11 @@ from oomlab.errors import OomLabError
 __all__ = ["Course", "find_root", "is_course"]
 
 ROOT_VARIABLE = "OOMLAB_ROOT"
+
+
+def _is_exercise_folder(path: Path) -> bool:
+    """A folder under ``exercises/`` that is an exercise: any but a hidden one or one like ``__pycache__``."""
+    return path.is_dir() and not path.name.startswith((".", "_"))
 
 
 def is_course(folder: Path) -> bool:
@@ -61,7 +66,7 @@ def find_root(start: Path | None = None) -> Path:
 
 
 class Course:
-    """The exercises of one course folder, in teaching order: module by module, then by ``order``.
+    """The exercises of one course folder, in teaching order: as its ``exercises/modules.toml`` lists them.
 
     A folder made by ``oomlab init`` has no ``solutions/``: its exercises are
     graded against the reference fixes shipped in the package.
@@ -76,10 +81,13 @@ class Course:
     ``oomlab nbgrader build``, a class's pinned copy), for whom that file is the source of
     truth, edited on purpose and never kept anywhere else.
 
-    Every valid exercise loads; each folder whose manifest does not is kept in
-    :attr:`broken` (folder name -> its manifest's error). ``strict`` (the default, for
-    the graders, the site and ``oomlab dev``) raises the first such error; the learner's
-    commands pass ``strict=False``, so that one broken manifest blocks only its own exercise.
+    The list (:mod:`~oomlab.course.modules`) names the modules in teaching order, each with its
+    exercises: it gives each exercise its module and its number. Every valid exercise loads; each
+    one that does not is kept in :attr:`broken` (id -> its error): a manifest that does not load,
+    a name in the list with no folder, a folder the list does not name. ``strict`` (the default,
+    for the graders, the site and ``oomlab dev``) raises the first such error; the learner's
+    commands pass ``strict=False``, so that one broken exercise blocks only itself. A list that
+    does not load is always the error: nothing could be numbered.
     """
 
     def __init__(self, root: Path | None = None, *, strict: bool = True, working_tree: bool = False):
@@ -89,55 +97,61 @@ class Course:
         solutions = self.root / "solutions"
         if not solutions.is_dir() and (shipped := shipped_root()) is not None:
             solutions = shipped / "solutions"
-        exercises = []
-        self.broken: dict[str, OomLabError] = {}
+        # The list orders the course and says which module each exercise is in; without it nothing can be numbered.
+        self.modules_file = modules_file(self.root)
+        self.modules: tuple[Module, ...] = load_modules(self.modules_file)
+        module_of = {ex_id: m for m in self.modules for ex_id in m.exercises}
         try:
-            folders = sorted((self.root / "exercises").iterdir())
+            folders = {f.name: f for f in sorted((self.root / "exercises").iterdir()) if _is_exercise_folder(f)}
         except OSError as err:
             raise OomLabError(
                 f"Cannot list {shown(self.root / 'exercises')}: {err.strerror or err}.", "Make the folder readable."
             ) from None
-        for folder in folders:
-            if folder.is_dir() and not folder.name.startswith((".", "_")):
-                try:
-                    exercises.append(self._load(folder, solutions))
-                except OomLabError as err:
-                    self.broken[folder.name] = err
+        self.broken: dict[str, OomLabError] = {}
+        loaded: dict[str, Exercise] = {}
+        for ex_id, module in module_of.items():
+            try:
+                if ex_id not in folders:
+                    raise self._no_folder(ex_id, module)
+                loaded[ex_id] = self._load(folders[ex_id], solutions, module)
+            except OomLabError as err:
+                self.broken[ex_id] = err
+        unlisted = [name for name in folders if name not in module_of]
+        for name in unlisted:
+            self.broken[name] = self._not_listed(folders[name])
         if strict and self.broken:
             raise next(iter(self.broken.values()))
-        rank = {m.name: i for i, m in enumerate(MODULES)}
-        self.exercises: list[Exercise] = sorted(exercises, key=lambda e: (rank[e.module], e.order, e.id))
-        # Every exercise's number in `oomlab list`, a broken one's too, at the place its manifest gives it: a
-        # learner's broken manifest must not renumber the others (`oomlab hint 6` would open another exercise).
-        places = [((rank[e.module], e.order, e.id), e.id) for e in self.exercises]
-        places += [(self._place_of_broken(name, rank), name) for name in self.broken]
-        self.ids_in_order: list[str] = [ex_id for _, ex_id in sorted(places)]
+        self.exercises: list[Exercise] = [loaded[ex_id] for ex_id in module_of if ex_id in loaded]
+        # Every exercise's number in `oomlab list` is its place in the list, a broken one's too: a learner's broken
+        # manifest renumbers nothing (`oomlab hint 6` opens the same exercise). A folder the list does not name
+        # comes after the rest, so that it renumbers nothing either.
+        self.ids_in_order: list[str] = [*module_of, *unlisted]
 
-    def _place_of_broken(self, name: str, rank: dict[str, int]) -> tuple[int, int, str]:
-        """Where a manifest that does not load belongs: its ``module`` and ``order`` lines, or the shipped copy's."""
-        shipped = shipped_root()
-        for path in (self.root / "exercises" / name / MANIFEST, *([shipped / "exercises" / name / MANIFEST] if shipped else [])):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-            module = re.search(r'^\s*module\s*=\s*"([^"]+)"\s*$', text, re.M)
-            order = re.search(r"^\s*order\s*=\s*(\d+)\s*$", text, re.M)
-            if module and order and module[1] in rank:
-                return (rank[module[1]], int(order[1]), name)
-        return (len(rank), 0, name)  # nothing says where: after the rest
+    def _no_folder(self, ex_id: str, module: Module) -> OomLabError:
+        return OomLabError(
+            f"{self.modules_file} names the exercise {ex_id!r} in module {module.name!r}, "
+            f"but there is no folder {shown(self.root / 'exercises' / ex_id)}.",
+            f"Add the folder exercises/{ex_id}/ with its script and {MANIFEST}, or take {ex_id!r} out of {self.modules_file}.",
+        )
+
+    def _not_listed(self, folder: Path) -> OomLabError:
+        return OomLabError(
+            f"{shown(folder)} is an exercise folder that {self.modules_file} does not name.",
+            f'Add "{folder.name}" to the exercises of its module in {self.modules_file}, at its place in the teaching '
+            "order (or move the folder out of exercises/).",
+        )
 
     def number(self, ex_id: str) -> int:
         """The exercise's number in ``oomlab list``, the same whether or not another manifest is broken."""
         return self.ids_in_order.index(ex_id) + 1
 
-    def _load(self, folder: Path, solutions: Path) -> Exercise:
+    def _load(self, folder: Path, solutions: Path, module: Module) -> Exercise:
         """The exercise in ``folder``, from the manifest this course reads (see the class's docstring)."""
         if self.working_tree:
-            return load_exercise(folder / MANIFEST, self.root, solutions)
+            return load_exercise(folder / MANIFEST, self.root, solutions, module)
         used = original_manifest(self.root, folder.name)
         try:
-            ex = load_exercise(used, self.root, solutions)
+            ex = load_exercise(used, self.root, solutions, module)
         except OomLabError as err:
             if used != self.state.original(folder.name, MANIFEST):
                 raise

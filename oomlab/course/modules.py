@@ -1,14 +1,33 @@
-"""The course's six modules, in teaching order: what each one teaches and which step of the workflow it drills.
+"""A course's modules, in teaching order, each with its exercises: read from the course's ``exercises/modules.toml``.
 
-An exercise names its module in ``exercise.toml`` (``module = "hunt"``);
-``oomlab list``, the site and the nbgrader course group exercises by it.
+That list is the one place that says which module an exercise is in and where it comes in
+the course: an exercise's number in ``oomlab list`` is its place in it, so a manifest that
+does not load renumbers nothing, and inserting an exercise moves only those after it. Each
+course folder carries its own (the repository, a copy of it, the course inside an installed
+package, a learner's folder made by ``oomlab init``): it sits in ``exercises/``, which every
+copy of a course takes along. ``oomlab list``, the site and the nbgrader course group the
+exercises by it; :class:`oomlab.course.Course` checks that it names every exercise folder
+and nothing else.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["MODULES", "READ_FIRST", "Module", "met_before_its_step", "module_named", "step_label"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from oomlab.errors import OomLabError
+
+__all__ = ["MODULE_LIST", "READ_FIRST", "Module", "load_modules", "met_before_its_step", "modules_file", "step_label"]
+
+MODULE_LIST = "modules.toml"  # in the course's exercises/, beside the exercise folders
+NAME = re.compile(r"[a-z0-9][a-z0-9-]*")  # a module's name or an exercise's id: a file and folder name everywhere
 
 # The workflow's first box, before any step: what the first module teaches. An exercise met before the
 # module that teaches its step is tagged with it first, so that the workflow is learned in its own order.
@@ -17,64 +36,98 @@ READ_FIRST = "Read the error first"
 
 @dataclass(frozen=True)
 class Module:
-    name: str  # as manifests write it
+    name: str  # its page (modules/NAME.md) and its nbgrader assignment
     title: str
     goal: str  # what a learner can do after it, for the site and `oomlab list`
+    exercises: tuple[str, ...]  # their ids, in teaching order
+    later: tuple[str, ...] = ()  # the names of the modules after it in its course
 
 
-MODULES: tuple[Module, ...] = (
-    Module(
-        "read-the-numbers",
-        "Read the numbers",
-        "Tell allocated from reserved from what the driver shows, read an OOM message and memory_summary(), "
-        "and account for every byte of a training step: weights, gradients, optimizer state, activations, temporaries.",
-    ),
-    Module(
-        "snapshot",
-        "Step 1: snapshot the allocator",
-        "Find memory the allocator holds but cannot use: segments pinned by long-lived blocks, shapes that never "
-        "repeat, and the cases where an allocator setting is the right fix.",
-    ),
-    Module(
-        "hunt",
-        "Step 2: hunt dangling references",
-        "Find what keeps tensors alive: autograd graphs, hooks, exception tracebacks, reference cycles, retained graphs.",
-    ),
-    Module(
-        "profile",
-        "Step 3: profile the peak",
-        "Find the moment and the line where a step peaks, and make the peak smaller without changing the maths.",
-    ),
-    Module(
-        "production",
-        "Production",
-        "Keep a long-lived worker's memory flat over uptime, and watch it with metrics and a restart policy.",
-    ),
-    Module(
-        "capstone",
-        "Capstone",
-        "Debug a realistic program whose OOM traceback points at the wrong line: all three steps, hyperparameters last.",
-    ),
-)
+def modules_file(root: Path) -> Path:
+    """The list that orders the course in ``root``: its own ``exercises/modules.toml``.
 
-_BY_NAME = {m.name: m for m in MODULES}
+    A learner's folder that has none (made by an older oomlab, which kept the order in each
+    manifest) is ordered by the installed package's list, as its manifests come from the package.
+    """
+    own = Path(root) / "exercises" / MODULE_LIST
+    if own.exists():
+        return own
+    from oomlab.course.shipped import is_source, shipped_root
+
+    shipped = shipped_root()
+    if not is_source(root) and shipped is not None and (shipped / "exercises" / MODULE_LIST).is_file():
+        return shipped / "exercises" / MODULE_LIST
+    return own
 
 
-def module_named(name: str) -> Module | None:
-    return _BY_NAME.get(name)
+def load_modules(path: Path) -> tuple[Module, ...]:
+    """The modules that ``path`` (a course's ``exercises/modules.toml``) lists; every problem is one clear OomLabError."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OomLabError(
+            f"{path} does not exist.",
+            "Every course lists its modules there, each with its exercises in teaching order: "
+            "copy the one oomlab ships (exercises/modules.toml) and name your exercises in it.",
+        ) from None
+    except tomllib.TOMLDecodeError as err:
+        raise OomLabError(f"{path} is not valid TOML: {err}.", "Fix the syntax at the place named.") from None
+    except UnicodeDecodeError as err:
+        raise OomLabError(f"{path} is not UTF-8 text: {err.reason} at byte {err.start}.", "Save it as UTF-8.") from None
+    except OSError as err:
+        raise OomLabError(f"Cannot read {path}: {err.strerror or err}.", "Make it a readable file.") from None
+
+    tables = data.get("modules")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise OomLabError(
+            f"{path} lists no modules.",
+            'Write one [[modules]] table per module, in teaching order: name, title, goal and exercises = ["ID", ...].',
+        )
+    read = [_module(table, f"{path}: module {i}", path) for i, table in enumerate(tables, 1)]
+    names = [m.name for m in read]
+    ids = [ex_id for m in read for ex_id in m.exercises]
+    for what, seen in (("module", names), ("exercise", ids)):
+        if twice := sorted({x for x in seen if seen.count(x) > 1}):
+            raise OomLabError(
+                f"{path} names the {what} {twice[0]!r} more than once.", f"Name each {what} once, at its place in the course."
+            )
+    return tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :])) for i, m in enumerate(read))
 
 
-def met_before_its_step(module: str, step_name: str) -> bool:
+def _module(table: dict, where: str, path: Path) -> Module:
+    def text(key: str) -> str:
+        value = table.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise OomLabError(f"{where}: {key!r} should be a non-empty string, found {value!r}.", f"Fix it in {path}.")
+        return " ".join(value.split())  # one paragraph, wrapped by whoever shows it
+
+    name = text("name")
+    where = f"{path}: module {name!r}"
+    exercises = table.get("exercises")
+    if not isinstance(exercises, list) or not all(isinstance(e, str) for e in exercises):
+        raise OomLabError(
+            f"{where}: 'exercises' should be a list of exercise ids, found {exercises!r}.",
+            f'Write its exercises in teaching order in {path}: exercises = ["ID", ...].',
+        )
+    for key, value in (("name", name), *(("exercise", e) for e in exercises)):
+        if not NAME.fullmatch(value):
+            raise OomLabError(
+                f"{where}: the {key} {value!r} is not a plain name.",
+                "Use lowercase letters, digits and hyphens: it names a folder and a page.",
+            )
+    return Module(name, text("title"), text("goal"), tuple(exercises))
+
+
+def met_before_its_step(module: Module | None, step_name: str) -> bool:
     """Whether an exercise of ``module`` comes before the module that teaches its step (a module named after the step).
 
     Module 1's exercises are fixed with a later step's tool, but what they drill is reading the
     numbers: the pages and ``oomlab list`` tag them "Read the error first, then" that step.
     """
-    order = [m.name for m in MODULES]
-    return module in order and step_name in order and order.index(module) < order.index(step_name)
+    return module is not None and step_name in module.later
 
 
-def step_label(module: str, step_name: str) -> str:
+def step_label(module: Module | None, step_name: str) -> str:
     """The step an exercise drills as plain words, for the terminal and the notebooks: "3 profile peaks"."""
     from oomlab.steps import step
 

@@ -28,11 +28,27 @@ class CheckResult:
 
 
 class Check:
-    """One kind of check. Subclasses set ``name``, ``why``, ``params`` and ``evaluate``."""
+    """One kind of check. Subclasses set ``name``, ``why``, ``params`` and ``evaluate``, and say what they are:
+
+    - ``earns_points``: a memory check, whose pass earns the notebook's points; otherwise an honesty check,
+      which earns none but without whose pass no memory point counts (the run is no longer the same job,
+      measured untouched);
+    - ``always``: every exercise runs it, whatever its manifest lists (a manifest may still set its parameters);
+    - :meth:`passes_when`: what passing means in words, for the exercise pages, from the same numbers
+      :meth:`evaluate` compares with.
+    """
 
     name = ""
     why = ""
     params: dict[str, type] = {}
+    earns_points = False
+    always = False
+
+    def passes_when(self, params: dict, reference: dict | None = None, where: str = "") -> str:
+        """What passing takes, in words, under the manifest's ``params`` (and, where the check compares with the
+        reference fix's figures, ``reference``'s, by the course's names, measured on ``where``); empty where ``why``
+        says it all."""
+        return ""
 
     def validate(self, given: dict, where: str) -> None:
         for key, value in given.items():
@@ -68,6 +84,7 @@ def close(a: float, b: float, rtol: float, atol: float) -> bool:
 
 class NoOom(Check):
     name = "no_oom"
+    earns_points = True
     why = "The run has to fit the exercise's memory budget: an out-of-memory error ends a real training job."
     params = {"caught_max": int}  # OOMs the script may catch and recover from, where recovering is the lesson
 
@@ -92,6 +109,7 @@ class NoOom(Check):
 
 class Settings(Check):
     name = "settings"
+    always = True
     why = "The allocator's settings are part of the exercise: where the fix belongs in the code, a setting that hides the bug is not it."
 
     def evaluate(self, m, ref, params):
@@ -118,6 +136,7 @@ class Settings(Check):
 
 class Untampered(Check):
     name = "untampered"
+    always = True
     why = "The grader reads the allocator's own statistics; a run that resets them or lifts the budget proves nothing."
 
     def evaluate(self, m, ref, params):
@@ -138,18 +157,41 @@ class RelativeBytes(Check):
     """A peak figure no more than the reference's, times (1 + tolerance), or plus a slack in MiB if that is larger."""
 
     params = {"tolerance": float, "slack_mib": float}
+    earns_points = True
 
     def __init__(self, stat: str, why: str, advice: str):
         self.name = self.stat = stat  # the check is named after the figure it reads
         self.why = why
         self.advice = advice
 
+    @staticmethod
+    def allowance(params: dict) -> tuple[float, int]:
+        """The relative and the absolute allowance over the reference: (tolerance, slack in bytes)."""
+        return params.get("tolerance", 0.10), round(params.get("slack_mib", 0) * MIB)
+
+    def limit(self, base: int, params: dict) -> float:
+        """The most a run may show against a reference of ``base``: whichever allowance is larger."""
+        tolerance, slack = self.allowance(params)
+        return max(base * (1 + tolerance), base + slack)
+
+    def passes_when(self, params, reference=None, where=""):
+        tolerance, slack = self.allowance(params)
+        text = f"at most the reference fix's `{self.stat}` plus {tolerance:.0%}"
+        if slack:
+            text += f", or plus {format_bytes(slack)} where that is more: the limit is max(reference × {1 + tolerance:g}, reference + {format_bytes(slack)})"
+        base = (reference or {}).get(self.stat)
+        if base is not None:
+            text += (
+                f". With the reference's {format_bytes(base)} on {where}: at most {format_bytes(int(self.limit(base, params)))}"
+            )
+        return text
+
     def evaluate(self, m, ref, params):
         value, base = _stat(m, self.stat), _stat(ref, self.stat)
         if value is None or base is None:
             return self.result(False, format_bytes(value), "n/a", "No memory figures were recorded for this run.")
-        tolerance = params.get("tolerance", 0.10)
-        limit = max(base * (1 + tolerance), base + params.get("slack_mib", 0) * MIB)
+        tolerance, _ = self.allowance(params)
+        limit = self.limit(base, params)
         threshold = f"<= {format_bytes(limit)} (reference {format_bytes(base)} + {tolerance:.0%})"
         detail = f"{format_bytes(value)} is {value / max(base, 1):.2f}x the reference's {format_bytes(base)}. {self.advice}"
         return self.result(value <= limit, format_bytes(value), threshold, detail)
@@ -174,16 +216,28 @@ INACTIVE_SPLIT_PEAK = RelativeBytes(
 
 class Retries(Check):
     name = "retries"
+    # After a failed cudaMalloc the allocator synchronizes and gives back its cached blocks that are not split
+    # (release_cached_blocks in c10's CUDACachingAllocator.cpp), then asks again: not the whole cache.
     why = (
-        "A retry means the allocator flushed its whole cache and synchronized to find room: a slow step, and one short of an OOM."
+        "A retry means cudaMalloc failed and the allocator synchronized and gave back its unsplit cached blocks to find "
+        "room: a slow step, and one short of an OOM."
     )
     params = {"max": int}
+    earns_points = True
+
+    def passes_when(self, params, reference=None, where=""):
+        limit = params.get("max", 0)
+        return (
+            "no cache-flush retry (`num_alloc_retries` is 0)"
+            if limit == 0
+            else f"at most {limit} cache-flush retries (`num_alloc_retries`)"
+        )
 
     def evaluate(self, m, ref, params):
         value, limit = _stat(m, "retries"), params.get("max", 0)
         if value is None:
             return self.result(False, "n/a", f"<= {limit}", "No allocator figures were recorded for this run.")
-        detail = f"The allocator ran out of cached room {value} time(s) and had to free its cache and retry."
+        detail = f"The allocator ran out of cached room {value} time(s) and had to give back cached blocks and retry."
         return self.result(value <= limit, str(value), f"<= {limit}", detail)
 
 
@@ -249,6 +303,13 @@ class SameResults(Check):
         "the same final weights (or, for a worker that only serves, the same outputs), within tolerance."
     )
     params = {"rtol": float, "atol": float, "weights_rtol": float}
+
+    def passes_when(self, params, reference=None, where=""):
+        given = ", ".join(f"`{k} = {v}`" for k, v in params.items())
+        return (
+            "every step's loss, and the final weights' sum and norm, within `atol + rtol × abs(reference)` of the "
+            "reference fix's (the rule of `numpy.isclose`)" + (f", with {given}" if given else "")
+        )
 
     def evaluate(self, m, ref, params):
         rtol, atol = params.get("rtol", 1e-3), params.get("atol", 1e-5)
@@ -400,6 +461,7 @@ class BackwardPerStep(Check):
 
 class Plateau(Check):
     name = "plateau"
+    earns_points = True
     why = "A long-lived worker must reach a steady state: memory that still grows after warm-up runs out one day."
     params = {"warmup": float, "slack_mib": float}
 
@@ -442,6 +504,7 @@ class Witnessed(Check):
     """The driver, read from outside the measured process, against what the process says of its memory."""
 
     name = "driver"
+    always = True
     why = (
         "The driver counts what the process really held on the GPU, and it is read from outside the run; the "
         "allocator's figures come from inside it, where a script could change them."
@@ -544,6 +607,7 @@ def host_growth(m: Measurement | None) -> int | None:
 
 class CpuTime(Check):
     name = "cpu_time"
+    always = True
     why = (
         "Work moved from the GPU to the CPU, or to another process, is work the GPU's memory figures never see; the "
         "kernel counts the CPU time of the run and everything it starts."
@@ -567,6 +631,7 @@ class CpuTime(Check):
 
 class HostMemory(Check):
     name = "host_memory"
+    always = True
     why = (
         "Tensors moved to the host (saved activations, caches kept with .cpu()) leave the GPU's figures and fill the "
         "host instead; the kernel counts the process's resident memory."
@@ -608,7 +673,23 @@ CHECKS: dict[str, Check] = {
     )
 }
 # Every exercise gets these, whatever its manifest says (a manifest may still set their parameters).
-ALWAYS = ("untampered", "settings", "driver", "cpu_time", "host_memory")
+ALWAYS = tuple(name for name, check in CHECKS.items() if check.always)
+
+
+def validate(ex) -> None:
+    """Raise :class:`OomLabError` unless every check the exercise's manifest names exists with parameters it takes,
+    and every wrong fix expects a check the exercise runs: said before anything is measured."""
+    manifest = ex.manifest_path
+    for name, params in ex.checks.items():
+        if name not in CHECKS:
+            raise OomLabError(f"{manifest}: unknown check {name!r}.", f"Known checks: {', '.join(sorted(CHECKS))}.")
+        CHECKS[name].validate(params, where=f"{manifest}: [checks.{name}]")
+    for fix in ex.wrong_fixes:
+        if fix.expect not in ex.checks and fix.expect not in ALWAYS:
+            raise OomLabError(
+                f"{manifest}: [[wrong_fixes]] expects check {fix.expect!r}, which this exercise does not have.",
+                f"Name one of its checks: {', '.join([*ALWAYS, *(n for n in ex.checks if n not in ALWAYS)])}.",
+            )
 
 
 def run_checks(

@@ -33,7 +33,7 @@ from oomlab.course.originals import shipped_source
 from oomlab.course.state import StateDir, write_atomic
 from oomlab.figure_names import COMPARED
 from oomlab.grading.cheats import CHEATS, WRAPPED
-from oomlab.grading.checks import context_at_end, host_growth, script_cpu
+from oomlab.grading.checks import context_at_end, host_growth, script_cpu, validate
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.schedule import Task, run_longest_first
 from oomlab.grading.verdict import Report, grade
@@ -85,6 +85,7 @@ class Variant:
 
 def variants(ex: Exercise) -> list[Variant]:
     """Every run the truth check makes for ``ex``, the reference fix first."""
+    validate(ex)
     runs = [
         Variant(ex, "solution", "solution", frozenset()),
         Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol, ex: bug),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from oomlab.course.manifest import Exercise
 from oomlab.errors import OomLabError
-from oomlab.grading.checks import CheckResult, run_checks
+from oomlab.grading.checks import CheckResult, run_checks, validate
 from oomlab.grading.reference import reference_for
 from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, Measurement, measure_exercise_file
 from oomlab.measure.machine import machine_error
@@ -51,6 +51,7 @@ def grade(
     a learner's own check runs there anyway and its report says what was not enforced.
     ``hide`` keeps more folders from the run (a class's folder).
     """
+    validate(exercise)  # a manifest naming a check that does not exist is said before minutes of measuring
     m = measurement or measure_exercise_file(exercise, script, sandbox_required=strict, hide=hide)
     if m.status in MACHINE_PROBLEMS:
         raise machine_error(m, exercise)

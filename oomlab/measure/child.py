@@ -4,8 +4,8 @@ Usage: ``python child.py SPEC.json``, started by a supervisor
 (:mod:`oomlab.measure.supervisor`, or a warm server's fork) that watches it
 from outside. The spec names the script, the memory budget, the seed, the
 sandbox and where the result and the final weights go. Of oomlab it imports
-only standard-library-only modules (and a tool's probe, when one is asked
-for), so that the learner's script sees a process as close to
+only standard-library-only modules (and a tool's probe, by the module name the
+spec gives, when one is asked for: it knows no tool), so that the learner's script sees a process as close to
 ``python train.py`` as possible.
 
 Order matters, and is the reason this file exists:
@@ -64,6 +64,7 @@ from oomlab.measure import sandbox  # noqa: E402
 from oomlab.measure.stats import ALLOCATOR_VARIABLES, read_figures  # noqa: E402
 from oomlab.measure.witness import MARK_FIGURES, MARK_READY, mark  # noqa: E402
 from oomlab.oom import is_oom  # noqa: E402
+from oomlab.steps import STEPS  # noqa: E402
 
 MIN_TORCH = (2, 4)
 MARKS_FD = "OOMLAB_MARKS_FD"  # supervisor.MARKS_FD: the descriptor of the socket that marks moments for the witness
@@ -93,9 +94,7 @@ PRELOAD = (
     "torch.utils.data",
     "torch.profiler",
     "numpy",
-    "oomlab.tools.snapshot.probe",
-    "oomlab.tools.hunt.probe",
-    "oomlab.tools.profile.probe",
+    *(s.probe for s in STEPS),  # every tool's probe, by the registry's names
 )
 
 
@@ -305,9 +304,8 @@ def load_probe(torch, tool_spec: dict | None, result: dict):
     if not tool_spec:
         return None
     try:
-        from oomlab.tools import probe_class
-
-        probe = probe_class(tool_spec["name"])(torch, Path(tool_spec["out_dir"]), tool_spec.get("options", {}))
+        probe_class = importlib.import_module(tool_spec["probe"]).Probe
+        probe = probe_class(torch, Path(tool_spec["out_dir"]), tool_spec.get("options", {}))
         probe.start()
         return probe
     except Exception as err:  # the run goes on unprobed; the parent says why

@@ -184,8 +184,8 @@ def measure(
     ``require_cuda=False`` runs it without a GPU and without memory figures; the
     project's own tests use it to exercise every way a run can end on CI.
     ``budget_bytes=None`` runs it uncapped (a script that is not an exercise).
-    ``tool`` names a probe from oomlab/tools to run around the script:
-    ``{"name": "snapshot", "out_dir": "...", "options": {...}}``.
+    ``tool`` names a tool's probe to run around the script, by its module:
+    ``{"name": "snapshot", "probe": "oomlab.tools.snapshot.probe", "out_dir": "...", "options": {...}}``.
     ``course_root`` names the course the script belongs to: a warm server
     (:mod:`oomlab.measure.warm`) kept for it with the same allocator settings
     forks the run. ``server`` names the server outright. Where none can take

@@ -2,7 +2,7 @@
 
 In the order a learner needs it: the exercise (budget, allocator settings, the file to edit),
 the error the shipped script ends with, the commands, the script itself, what the grader checks
-(each threshold in words, computed by the grader's own check: :func:`passes_when`), the hints,
+(each threshold in words, from the grader's own check: ``Check.passes_when``), the hints,
 what the step's tool showed on the bug and on the fix (``figures.json``) and, where it was drawn,
 PyTorch's own memory viewer on the same snapshot (``viewer-shots.json``), the reference fix
 folded away with what it changed (:mod:`oomlab.site.compare_fold`), the measured runs
@@ -30,7 +30,7 @@ from oomlab.site.reports import PROBES, VERIFY_JSON, Reports, drawn_on, measured
 from oomlab.site.viewer_shots import SHOTS
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib
 
-__all__ = ["FIX_FOLD", "exercise_page", "passes_when", "recorded_error"]
+__all__ = ["FIX_FOLD", "exercise_page", "recorded_error"]
 
 PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 
@@ -87,65 +87,6 @@ def fact(name: str, reports: Reports) -> str:
     except site_facts.UnknownFact as err:
         raise PluginError(f"oomlab/site/exercise_page.py: {err}") from None
     return value if value is site_facts.NOT_MEASURED else site_facts.format_value(name, value)
-
-
-# --------------------------------------------------------------------------- what a check's threshold is
-
-
-def _as_measurement(stats: dict):
-    from oomlab.measure.harness import Measurement
-
-    return Measurement(script="", status="ok", stats=stats)
-
-
-def _largest_passing(check, stat: str, base: int, params: dict) -> int:
-    """The largest figure the grader's own check passes, against a reference of ``base``: its limit."""
-    ref = _as_measurement({stat: base})
-    passes = lambda v: check.evaluate(_as_measurement({stat: v}), ref, params).passed  # noqa: E731
-    lo, hi = base, max(2 * base, base + 1)
-    while passes(hi):
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
-    return lo
-
-
-def passes_when(name: str, params: dict, reference: dict | None, where: str) -> str:
-    """What a check's thresholds mean, in words, computed by the grader's own code from the manifest's values."""
-    from oomlab.grading.checks import CHECKS, RelativeBytes, Retries, SameResults
-
-    check = CHECKS[name]
-    if isinstance(check, RelativeBytes):
-        # The relative and the absolute allowance, as the check computes them: on a huge and on a one-byte reference.
-        huge = 1 << 40
-        tolerance = _largest_passing(check, check.stat, huge, params) / huge - 1
-        slack = _largest_passing(check, check.stat, 1, params) - 1
-        text = f"at most the reference fix's `{check.stat}` plus {tolerance:.0%}"
-        if slack > tolerance:
-            text += f", or plus {format_bytes(slack)} where that is more"
-        text += (
-            f": the limit is max(reference × {1 + tolerance:g}, reference + {format_bytes(slack)})" if slack > tolerance else ""
-        )
-        base = (reference or {}).get(check.stat)
-        if base is not None:
-            limit = _largest_passing(check, check.stat, base, params)
-            text += f". With the reference's {format_bytes(base)} on {where}: at most {format_bytes(limit)}"
-        return text
-    if isinstance(check, Retries):
-        limit = next(n for n in range(1000) if not check.evaluate(_as_measurement({"retries": n + 1}), None, params).passed)
-        return (
-            "no cache-flush retry (`num_alloc_retries` is 0)"
-            if limit == 0
-            else f"at most {limit} cache-flush retries (`num_alloc_retries`)"
-        )
-    if isinstance(check, SameResults):
-        given = ", ".join(f"`{k} = {v}`" for k, v in params.items())
-        return (
-            "every step's loss, and the final weights' sum and norm, within `atol + rtol × abs(reference)` of the "
-            "reference fix's (the rule of `numpy.isclose`)" + (f", with {given}" if given else "")
-        )
-    return ""
 
 
 # --------------------------------------------------------------------------- what the measurements mean
@@ -340,7 +281,7 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         given = ex.checks.get(name, {})
         params = ", ".join(f"{k} = {v}" for k, v in given.items()) or "-"
         symptom = " (the seeded bug fails this one)" if name == ex.symptom else ""
-        rule = passes_when(name, given, reference, where) or "-"
+        rule = CHECKS[name].passes_when(given, reference, where) or "-"
         md.append(f"| `{name}`{symptom} | {cell(params)} | {cell(rule)} | {cell(CHECKS[name].why)} |")
 
     md += [

@@ -1,8 +1,8 @@
 """The course as a path: a page per module, and the overview of all of them on the landing page.
 
-Both come from :data:`oomlab.course.modules.MODULES` and the exercises' manifests,
-as ``oomlab list`` does, so a module gained or an exercise moved shows up here at
-the next build. A module page says what a learner will be able to do, lists its
+Both come from the course's list of modules (``exercises/modules.toml``, which gives
+each exercise its module) and the exercises' manifests, as ``oomlab list`` does, so a
+module gained or an exercise moved shows up here at the next build. A module page says what a learner will be able to do, lists its
 exercises in order (their titles, which do not name the bug) and the interview
 questions they end with; the answers stay folded on the exercise pages.
 """
@@ -10,7 +10,7 @@ questions they end with; the answers stay folded on the exercise pages.
 from __future__ import annotations
 
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import MODULES, READ_FIRST, Module, met_before_its_step
+from oomlab.course.modules import READ_FIRST, Module, met_before_its_step
 from oomlab.site.markdown import cell, link_from
 from oomlab.steps import step
 
@@ -45,10 +45,13 @@ def exercise_table(page_src_uri: str, numbered: list[tuple[int, Exercise]]) -> s
 
 
 def taught(exercises: list[Exercise]) -> list[tuple[Module, list[tuple[int, Exercise]]]]:
-    """Each module that has exercises, in teaching order, with its exercises and their numbers in the course."""
+    """Each module that has exercises, in teaching order, with its exercises and their numbers in the course.
+
+    ``exercises`` are the course's, in its order (:attr:`oomlab.course.Course.exercises`): each carries its module.
+    """
     numbered = list(enumerate(exercises, 1))
-    out = [(m, [(n, ex) for n, ex in numbered if ex.module == m.name]) for m in MODULES]
-    return [(m, chosen) for m, chosen in out if chosen]
+    modules = dict.fromkeys(ex.module for ex in exercises if ex.module is not None)
+    return [(m, [(n, ex) for n, ex in numbered if ex.module == m]) for m in modules]
 
 
 def module_page(module: Module, exercises: list[Exercise]) -> str:

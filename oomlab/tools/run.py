@@ -23,6 +23,7 @@ from oomlab.errors import OomLabError
 from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, measure
 from oomlab.measure.machine import machine_error, refuse_without_a_driver
 from oomlab.oom import first_line
+from oomlab.steps import step
 from oomlab.units import parse_size
 
 __all__ = ["Target", "budget_option", "default_out_dir", "path_kind", "resolve", "run_tool", "time_limit_option"]
@@ -249,7 +250,7 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
         alloc_conf=target.alloc_conf,
         time_limit_s=target.time_limit_s,
         args=target.args,
-        tool={"name": tool, "out_dir": str(out_dir), "options": opts},
+        tool={"name": tool, "probe": step(tool).probe, "out_dir": str(out_dir), "options": opts},
         course_root=target.exercise.root if target.exercise else None,  # a script outside a course runs fresh
         settings_free=target.exercise is None or target.exercise.learner_settings,
     )

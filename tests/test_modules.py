@@ -1,0 +1,201 @@
+"""The course's order: ``exercises/modules.toml`` lists the modules in teaching order, each with its exercises.
+
+It is the one place that says which module an exercise is in and where it comes: an exercise's
+number is its place in it, so an exercise inserted renumbers nothing before it and a manifest
+that does not load renumbers nothing at all; a folder it does not name, or a name with no
+folder, is an error that says which file to edit and what to add.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from oomlab.course import Course
+from oomlab.course.modules import met_before_its_step
+from oomlab.course.shipped import init_course
+from oomlab.errors import OomLabError
+
+REPO = Path(__file__).resolve().parents[1]
+LIST = Path("exercises") / "modules.toml"
+
+
+def add_folder(root: Path, ex_id: str, like: str = "eval-graphs") -> None:
+    """A new exercise folder, a copy of ``like`` under another id, that no list names yet."""
+    shutil.copytree(root / "exercises" / like, root / "exercises" / ex_id)
+    manifest = root / "exercises" / ex_id / "exercise.toml"
+    text = manifest.read_text(encoding="utf-8")
+    assert text.count(f'id = "{like}"\n') == 1
+    manifest.write_text(text.replace(f'id = "{like}"\n', f'id = "{ex_id}"\n'), encoding="utf-8")
+
+
+def edit_list(root: Path, find: str, replace: str) -> Path:
+    path = root / LIST
+    text = path.read_text(encoding="utf-8")
+    assert text.count(find) == 1, f"{path} no longer contains {find!r} exactly once"
+    path.write_text(text.replace(find, replace), encoding="utf-8")
+    return path
+
+
+def test_the_list_is_the_one_home_of_each_exercises_module_and_place():
+    course = Course(REPO, working_tree=True)
+    assert course.modules_file == REPO / LIST
+    folders = sorted(p.parent.name for p in REPO.glob("exercises/*/exercise.toml"))
+    assert sorted(course.ids_in_order) == folders and len(course.ids_in_order) == len(folders)
+    assert [e.id for e in course.exercises] == [ex_id for m in course.modules for ex_id in m.exercises]
+    for ex in course.exercises:
+        data = tomllib.loads(ex.manifest_path.read_text(encoding="utf-8"))
+        assert not {"module", "order"} & set(data), f"{ex.manifest_path}: the list says where it belongs, not its manifest"
+        assert ex.module is not None and ex.id in ex.module.exercises
+
+
+def test_an_inserted_exercise_renumbers_nothing_before_it(course_copy):
+    before = Course(course_copy, working_tree=True).ids_in_order
+    add_folder(course_copy, "eval-graphs-again")
+    edit_list(course_copy, '    "summed-microbatch-losses",\n', '    "summed-microbatch-losses",\n    "eval-graphs-again",\n')
+    course = Course(course_copy, working_tree=True)
+    k = before.index("summed-microbatch-losses") + 1
+    assert course.ids_in_order[:k] == before[:k], "an exercise before the new one changed its number"
+    assert course.number("eval-graphs-again") == k + 1 and course.get(str(k + 1)).id == "eval-graphs-again"
+    assert course.ids_in_order[k + 1 :] == before[k:], "those after it move down by one"
+    assert course.get("eval-graphs-again").module.name == "hunt"
+
+
+@pytest.mark.parametrize("where", [0, 5, -1], ids=["first", "middle", "last"])
+def test_a_broken_manifest_keeps_everyones_number(course_copy, where):
+    every = Course(course_copy, working_tree=True).ids_in_order
+    broken = every[where]
+    (course_copy / "exercises" / broken / "exercise.toml").write_text("", encoding="utf-8")  # nothing left to say where
+    course = Course(course_copy, strict=False, working_tree=True)
+    assert list(course.broken) == [broken]
+    assert course.ids_in_order == every
+    assert [course.number(ex_id) for ex_id in every] == list(range(1, len(every) + 1))
+    for n, ex_id in enumerate(every, 1):
+        if ex_id != broken:
+            assert course.get(str(n)).id == ex_id
+    with pytest.raises(OomLabError, match="the key 'id' is missing"):
+        course.get(str(every.index(broken) + 1))
+
+
+def test_a_folder_the_list_does_not_name_is_an_error_that_says_what_to_add(course_copy):
+    every = Course(course_copy, working_tree=True).ids_in_order
+    add_folder(course_copy, "new-exercise")
+    listed = course_copy / LIST
+    with pytest.raises(OomLabError) as err:
+        Course(course_copy, working_tree=True)
+    assert err.value.what == f"{course_copy / 'exercises' / 'new-exercise'} is an exercise folder that {listed} does not name."
+    assert err.value.todo.startswith(f'Add "new-exercise" to the exercises of its module in {listed}, at its place')
+    # A learner's commands: it blocks only itself, numbered after the rest, so it renumbers nothing.
+    course = Course(course_copy, strict=False, working_tree=True)
+    assert list(course.broken) == ["new-exercise"] and course.ids_in_order == [*every, "new-exercise"]
+    assert (
+        course.problem("new-exercise")
+        == "exercises/new-exercise is an exercise folder that exercises/modules.toml does not name."
+    )
+    with pytest.raises(OomLabError, match="does not name"):
+        course.get(str(len(every) + 1))
+
+
+def test_a_name_in_the_list_with_no_folder_is_an_error_that_says_what_to_add(course_copy):
+    every = Course(course_copy, working_tree=True).ids_in_order
+    shutil.rmtree(course_copy / "exercises" / "retain-graph")
+    listed = course_copy / LIST
+    with pytest.raises(OomLabError) as err:
+        Course(course_copy, working_tree=True)
+    assert err.value.what == (
+        f"{listed} names the exercise 'retain-graph' in module 'hunt', "
+        f"but there is no folder {course_copy / 'exercises' / 'retain-graph'}."
+    )
+    assert err.value.todo == (
+        f"Add the folder exercises/retain-graph/ with its script and exercise.toml, or take 'retain-graph' out of {listed}."
+    )
+    course = Course(course_copy, strict=False, working_tree=True)
+    assert list(course.broken) == ["retain-graph"] and course.ids_in_order == every, (
+        "it keeps its number, and so does every other"
+    )
+    with pytest.raises(OomLabError, match="there is no folder"):
+        course.get("retain-graph")
+
+
+@pytest.mark.parametrize(
+    "find, replace, words",
+    [
+        ('name = "capstone"', 'name = = "capstone"', "is not valid TOML"),
+        ("[[modules]]", "[[mods]]", "lists no modules"),
+        ('    "capstone",\n]', '    "capstone",\n    "eval-graphs",\n]', "names the exercise 'eval-graphs' more than once"),
+        ('name = "capstone"', 'name = "production"', "names the module 'production' more than once"),
+        ('title = "Capstone"\n', "", "module 'capstone': 'title' should be a non-empty string, found None"),
+        ('exercises = [\n    "capstone",\n]', 'exercises = "capstone"', "'exercises' should be a list of exercise ids"),
+        ('    "capstone",\n]', '    "../capstone",\n]', "module 'capstone': the exercise '../capstone' is not a plain name"),
+    ],
+    ids=["not-toml", "no-modules", "exercise-twice", "module-twice", "no-title", "exercises-not-a-list", "not-a-name"],
+)
+def test_a_list_that_does_not_load_says_what_is_wrong_in_it(course_copy, find, replace, words):
+    path = course_copy / LIST
+    text = path.read_text(encoding="utf-8")
+    assert find in text, f"{path} no longer contains {find!r}"
+    path.write_text(text.replace(find, replace), encoding="utf-8")  # every [[modules]] at once, or the one line
+    for strict in (True, False):  # even for a learner's commands: without the list nothing can be numbered
+        with pytest.raises(OomLabError) as err:
+            Course(course_copy, strict=strict, working_tree=True)
+        assert str(path) in err.value.what and words in err.value.what, err.value.what
+
+
+def test_a_course_without_a_list_says_where_to_write_it(course_copy):
+    (course_copy / LIST).unlink()
+    with pytest.raises(OomLabError) as err:
+        Course(course_copy, working_tree=True)
+    assert err.value.what == f"{course_copy / LIST} does not exist."
+    assert "each with its exercises in teaching order" in err.value.todo
+
+
+def test_a_course_declares_its_own_modules(tmp_path):
+    """A course folder other than the repository's: its own list orders it, names its modules, tags its steps."""
+    root = tmp_path / "course"
+    for ex_id in ("feature-cache", "eval-graphs"):
+        for part in ("exercises", "solutions"):
+            shutil.copytree(REPO / part / ex_id, root / part / ex_id)
+    (root / LIST).write_text(
+        '[[modules]]\nname = "basics"\ntitle = "Basics"\ngoal = "Find it."\nexercises = ["eval-graphs", "feature-cache"]\n\n'
+        '[[modules]]\nname = "hunt"\ntitle = "Hunting"\ngoal = """\nHunt it,\n  later.\n"""\nexercises = []\n',
+        encoding="utf-8",
+    )
+    course = Course(root, working_tree=True)
+    assert [e.id for e in course.exercises] == course.ids_in_order == ["eval-graphs", "feature-cache"]
+    assert [(m.name, m.title, m.goal, m.exercises) for m in course.modules] == [
+        ("basics", "Basics", "Find it.", ("eval-graphs", "feature-cache")),
+        ("hunt", "Hunting", "Hunt it, later.", ()),
+    ]
+    # eval-graphs drills the hunt, which this course teaches after it; feature-cache's snapshot it never teaches.
+    assert [met_before_its_step(e.module, e.step) for e in course.exercises] == [True, False]
+    from oomlab.site.module_pages import taught
+
+    assert [(m.name, [(n, ex.id) for n, ex in chosen]) for m, chosen in taught(course.exercises)] == [
+        ("basics", [(1, "eval-graphs"), (2, "feature-cache")])
+    ]
+    pytest.importorskip("nbformat", reason="the nbgrader course needs the classroom extra")
+    from oomlab.classroom.build import assignments
+
+    assert {name: [e.id for e in exs] for name, exs in assignments(course).items()} == {
+        "basics": ["eval-graphs", "feature-cache"]
+    }
+
+
+def test_a_learners_folder_takes_the_list_along_and_without_it_is_ordered_by_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.resolve()))
+    root = tmp_path / "mine"
+    init_course(root)
+    assert (root / LIST).read_bytes() == (REPO / LIST).read_bytes()
+    shipped = Course(REPO, working_tree=True).ids_in_order
+    assert Course(root).ids_in_order == shipped
+    (root / LIST).unlink()  # a folder made by an older oomlab, whose manifests said where each exercise belongs
+    course = Course(root)
+    assert course.modules_file == REPO / LIST and course.ids_in_order == shipped
