@@ -50,13 +50,14 @@ start: $(BIN)/oomlab torch
 # The project's own tests, the house rules, and the course checked against its manifests
 # (on a GPU every seeded bug, fix, wrong fix and cheat is measured; without one those skip).
 # PYTEST_JOBS test files run at once (pytest-xdist); each file's tests stay together on one worker,
-# so a module's fixture (a built site, a graded class) is made once.
+# so a module's fixture (a built site, a graded class) is made once, and the files marked long go first
+# (tests/conftest.py orders them; xdist would otherwise order files by their number of tests).
 # Only the plugins the suite uses load (xdist; the course's own comes with conftest.py): the environment sees
 # the system's packages, whose pytest plugins (hypothesis, pytest-benchmark, anyio) cost every worker and every
 # pytest the tests start seconds of imports for nothing.
 PYTEST_JOBS ?= 2
 test: $(BIN)/oomlab torch lint browser
-	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -p xdist -n $(PYTEST_JOBS) --dist loadfile tests graders --solutions
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -p xdist -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder tests graders --solutions
 
 # tests/test_browser.py opens the built site in Debian's headless Chromium. As root with apt-get,
 # install it where it is missing (apt-get update only if the install fails without it); elsewhere

@@ -7,9 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from oomlab.grading.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401
+from oomlab.grading import pytest_plugin
+from oomlab.grading.pytest_plugin import pytest_configure  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests skip where there is no GPU; and the files marked ``long`` come first.
+
+    `make test` runs the files on pytest-xdist's workers in this order (``--dist loadfile
+    --no-loadscope-reorder``): a file of tens of seconds taken last would leave one worker
+    running it while the other waits, and the run waits for it.
+    """
+    pytest_plugin.pytest_collection_modifyitems(config, items)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: each file keeps its order
 
 
 @pytest.fixture

@@ -37,6 +37,8 @@ from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
+
 # --disable-background-networking and friends: left alone, Chromium calls Google. The resolver
 # rule makes sure nothing leaves even if a page asks; the attempt is still in the log and fails.
 WINDOW_FLAG = "--window-size=1280,900"  # wide enough for the sidebar and the search box

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
+
 REPO = Path(__file__).resolve().parents[1]
 BOX = re.compile(r"[│╭╮╰╯─┃━┏┓┗┛┡┩╇┳┻╋┣┫━┯┷┼]+")
 

@@ -20,6 +20,8 @@ from oomlab.measure import harness, weights
 from oomlab.measure.harness import child_env, measure
 from oomlab.measure.warm import WarmServer
 
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
+
 BUDGET = 1 << 30
 
 

@@ -22,11 +22,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from nbgrader.api import Gradebook
 
 from oomlab.classroom.autograde_guard import CHECKED
 from oomlab.classroom.classgrade import nbgrader_env
 from oomlab.grading.pytest_plugin import cuda_available
+
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
 
 GUIDE = Path(__file__).resolve().parents[1] / "course" / "instructors.md"
 

@@ -28,6 +28,8 @@ from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks
 from oomlab.course import Course
 from oomlab.grading.pytest_plugin import cuda_available
 
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
+
 REPO = Path(__file__).resolve().parents[1]
 ASSIGNMENT, EXERCISE = "production", "inference-worker"  # one notebook: the flow, not the curriculum, is under test
 GPU = cuda_available()

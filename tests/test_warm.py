@@ -21,6 +21,8 @@ from oomlab.measure import warm
 from oomlab.measure.harness import child_env, measure
 from oomlab.measure.warm import WarmServer, for_run, info_path, serving
 
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
+
 BUDGET = 1 << 30
 
 TRAIN = """

@@ -22,6 +22,8 @@ from oomlab.steps import step
 from oomlab.tools.run import resolve
 from oomlab.units import MIB, parse_size
 
+pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
+
 REPO = Path(__file__).resolve().parents[1]
 
 LEAK = """
