@@ -29,11 +29,15 @@ endif
 
 .PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts viewer-shots clean
 
+# pip compiles what it installs to bytecode, but not the course's own package, installed editable: where
+# PYTHONDONTWRITEBYTECODE is set, every process (each measured run, each command the tests start) would
+# compile oomlab from source again, so it is compiled once here.
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(INSTALL_TORCH)
 	@echo "Installing the course and its tools into $(VENV) (a minute or two)…"
 	$(PIP) -e ".[dev,docs,nbgrader]"
+	$(BIN)/python -m compileall -q oomlab >/dev/null
 	touch $@
 
 # A torch named on the command line is installed even when .venv already has one.
