@@ -72,6 +72,13 @@ def test_a_checks_only_row_counts_towards_the_check_target_alone():
     }
 
 
+def test_a_check_longer_than_a_learner_waits_meets_the_target_only_where_its_page_says_why():
+    slow = {"id": "inference-worker", "check_cold_s": 38.0}
+    assert merge(None, {"exercises": [{**slow, "says_why": False}]})["targets"]["check_under_15_s"] is False
+    assert merge(None, {"exercises": [{**slow, "says_why": True}]})["targets"]["check_under_15_s"] is True
+    assert merge(None, {"exercises": [{"id": "a", "check_cold_s": 15.0}]})["targets"]["check_under_15_s"] is True
+
+
 def test_the_verify_row_says_how_near_its_floor_the_truth_check_ran():
     from oomlab.bench import verify_row
 

@@ -30,6 +30,11 @@ STEP_NAMES = tuple(s.name for s in STEPS)
 HINTS = 3  # a nudge, which tool to use and what to look at, what to change
 
 
+# How long a learner should have to wait for `oomlab check`, in seconds; an exercise whose check takes longer
+# says why in its long_check (its page shows it, and `oomlab dev bench` judges the target by it).
+CHECK_WAIT_S = 15
+
+
 @dataclass(frozen=True)
 class Edit:
     find: str
@@ -91,7 +96,7 @@ class Exercise:
     # Its module, as the course's list (exercises/modules.toml) says: the manifest does not name it. None for a
     # manifest loaded on its own, outside a course.
     module: Module | None = None
-    # Why `oomlab check` takes longer than a learner should wait (15 s) here, where it does: said on its page.
+    # Why `oomlab check` takes longer than a learner should wait (CHECK_WAIT_S) here, where it does: said on its page.
     long_check: str = ""
 
     @property

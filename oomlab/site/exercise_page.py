@@ -18,7 +18,7 @@ import re
 
 from mkdocs.exceptions import PluginError
 
-from oomlab.course.manifest import Exercise
+from oomlab.course.manifest import CHECK_WAIT_S, Exercise
 from oomlab.site import facts as site_facts
 from oomlab.site.charts import peaks_chart
 from oomlab.site.compare_fold import compare_fold
@@ -192,10 +192,6 @@ def profile_legend(page_src_uri: str, reports: Reports) -> list[str]:
 
 
 # --------------------------------------------------------------------------- pages
-
-
-# How long a learner should have to wait for `oomlab check`; an exercise whose check takes longer says why.
-CHECK_WAIT_S = 15
 
 
 def check_time_row(ex: Exercise, reports: Reports) -> list[str]:
