@@ -201,6 +201,24 @@ def test_memory_held_only_by_a_reference_cycle_is_reported_as_cycle():
     assert "held only by a reference cycle" in result["headline"] and "gc.collect() frees" in result["headline"]
 
 
+def test_a_cycle_that_holds_a_dead_weak_proxy_is_still_reported():
+    """A weakref.proxy whose object is gone raises ReferenceError on any look at it (isinstance included);
+    selenium leaves such proxies in cycles. It holds nothing: the cycle's tensor is still found and named."""
+    gc.collect()
+    gc.disable()
+    try:
+        gone = Pair()
+        a, b = Pair(torch.ones(256, 256)), Pair(weakref.proxy(gone))
+        a.other, b.other = b, a
+        expected = storage_bytes(a.payload)
+        del a, b, gone
+        holders = hunt_holders.find_holders({}, device_type="cpu", cycles=True)
+    finally:
+        gc.enable()
+    cycle = next(h for h in holders if h["label"] == hunt_holders.CYCLE)
+    assert cycle["bytes"] >= expected and "Pair" in cycle["name"]
+
+
 def test_cycle_detection_leaves_gc_as_it_found_it():
     flags, garbage = gc.get_debug(), len(gc.garbage)
     hunt_holders.find_holders({}, device_type="cpu", cycles=True)

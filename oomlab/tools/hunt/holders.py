@@ -35,7 +35,7 @@ import warnings
 from oomlab.tools.hunt import backsearch, inflight
 from oomlab.tools.hunt.paths import root_expr
 from oomlab.tools.hunt.state import STATE
-from oomlab.tools.hunt.walk import MAX_DEPTH, MAX_NODES, Walk
+from oomlab.tools.hunt.walk import MAX_DEPTH, MAX_NODES, WEAK_PROXIES, Walk
 
 __all__ = ["CYCLE", "find_holders"]
 
@@ -149,7 +149,7 @@ def find_holders(
 
 def _walk_cycles(walk: Walk) -> None:
     """Credit what only reference cycles keep alive to one more holder, the cycle."""
-    garbage = _collect_cyclic_garbage()
+    garbage = [o for o in _collect_cyclic_garbage() if type(o) not in WEAK_PROXIES]  # they hold nothing
     if not garbage:
         return
     index = walk.add_root(_cycle_name(garbage, walk.torch), None, kind="cycle", label=CYCLE)

@@ -40,7 +40,7 @@ import weakref
 
 from oomlab.tools.hunt.paths import frame_locals, func_name, join_path, key_label, place, reads_locals
 
-__all__ = ["LEAVES", "MAX_DEPTH", "MAX_NODES", "Walk", "storage_key", "storage_object_key"]
+__all__ = ["LEAVES", "MAX_DEPTH", "MAX_NODES", "WEAK_PROXIES", "Walk", "storage_key", "storage_object_key"]
 
 MAX_DEPTH = 12  # ordinary references from a root; autograd edges do not count
 MAX_NODES = 200_000
@@ -73,6 +73,11 @@ LEAVES = (
     types.MethodDescriptorType,
     types.BuiltinFunctionType,  # builtin methods are handled before this check
 )
+
+
+# A weak proxy holds no reference to its object, and one whose object is gone raises ReferenceError at any look,
+# isinstance included (which asks it for __class__): the walk tells them by their exact type and passes them by.
+WEAK_PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
 
 
 def storage_key(tensor):
@@ -156,6 +161,8 @@ class Walk:
 
     # -- queueing
     def push(self, obj, parent_id, label, root, depth, entry, graph=False):
+        if type(obj) in WEAK_PROXIES:
+            return
         if isinstance(obj, self.leaves):
             if isinstance(obj, type):
                 if obj.__module__ != "__main__":  # only the script's own classes can hold its state
