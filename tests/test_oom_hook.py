@@ -154,6 +154,12 @@ def files(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
+def said(folder: Path) -> str:
+    """What the report's error.txt says went wrong, for a failed assertion: empty where nothing did."""
+    error = folder / "error.txt"
+    return error.read_text(encoding="utf-8") if error.is_file() else ""
+
+
 def step_hooks() -> int:
     from torch.optim.optimizer import _global_optimizer_post_hooks
 
@@ -198,7 +204,7 @@ def test_an_oom_inside_writes_every_file_then_propagates_unchanged(fake, train_p
 
     folder = only_report(base)
     assert folder.name.endswith(f"-pid{os.getpid()}") and hook.last_report == folder == err.oomlab_report
-    assert files(folder) == REPORT_FILES | {f"cuda0/{name}" for name in DEVICE_FILES}
+    assert files(folder) == REPORT_FILES | {f"cuda0/{name}" for name in DEVICE_FILES}, said(folder)
     # The device's report is the snapshot tool's analysis of that snapshot, and the pickle is for torch's viewer.
     report = json.loads((folder / "cuda0" / "fragmentation.json").read_text())
     expected = analysis.analyze(snapshot, script=str(train_py), budget_bytes=int(1.25 * 1024 * MIB), max_entries=100_000)
@@ -318,7 +324,7 @@ def test_one_folder_per_device_the_process_used_and_the_failed_device_first(fake
     with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py):
         raise oom(gpu=1)
     folder = only_report(base)
-    assert files(folder) == REPORT_FILES | {f"cuda{d}/{name}" for d in (0, 1) for name in DEVICE_FILES}
+    assert files(folder) == REPORT_FILES | {f"cuda{d}/{name}" for d in (0, 1) for name in DEVICE_FILES}, said(folder)
     r0 = json.loads((folder / "cuda0" / "fragmentation.json").read_text())
     r1 = json.loads((folder / "cuda1" / "fragmentation.json").read_text())
     assert (r0["device"], r0["failed_here"], r0["kind"], r0["oom"]["failed_request"]) == (0, False, "none", None)
@@ -524,7 +530,7 @@ def test_an_uncaught_oom_in_a_script_that_installed_the_hook(tmp_path):
     assert 'File "' in done.stderr and 'train.py", line 6' in done.stderr
     assert "[oomlab] out of GPU memory: report in reports" in done.stderr
     folder = only_report(tmp_path / "reports")
-    assert files(folder) == REPORT_FILES  # torch here has no CUDA device: no device folder
+    assert files(folder) == REPORT_FILES, said(folder)  # torch here has no CUDA device: no device folder
     assert "No CUDA device had allocator activity" in (folder / "README.txt").read_text()
     assert json.loads((folder / "finding.json").read_text())["failed_at"] == {
         "line_no": 6,
