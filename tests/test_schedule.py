@@ -93,3 +93,22 @@ def test_a_task_that_keeps_several_cores_busy_waits_for_room_and_runs_alone_if_i
     running[0] = most[0] = 0.0
     run_longest_first(tasks[:-1], jobs=8, cores=6)
     assert most[0] <= 6.0, "the running tasks' cores never exceed the machine's"
+
+
+def test_a_long_task_that_needs_several_cores_is_not_passed_over_by_the_short_ones_behind_it():
+    """The best-ranked task waits for its cores and the tasks behind it wait with it: were they let into the cores it
+    waits for, they would keep taking them, and the longest run would start last and run alone at the end."""
+    started = []
+    lock = threading.Lock()
+
+    def task(key, cores, seconds, hold=0.0):
+        def run(done):
+            with lock:
+                started.append(key)
+            time.sleep(hold)
+
+        return Task(key, run, seconds=seconds, cores=cores)
+
+    tasks = [task("first", 1, 9, hold=0.2), task("heavy", 2, 8)] + [task(f"short{i}", 1, 1) for i in range(3)]
+    run_longest_first(tasks, jobs=2, cores=2)
+    assert started == ["first", "heavy", "short0", "short1", "short2"]

@@ -13,7 +13,11 @@ it near its floor, ``max(longest run, sum of runs / jobs)``:
 - a task expected to keep several CPU cores busy (a cheat that moves the model's
   work to the CPU keeps three or four) starts only while the cores the running
   tasks are expected to use leave room for it: started together, such runs take
-  each other's cores and every one of them runs twice as long.
+  each other's cores and every one of them runs twice as long. The tasks ranked
+  behind it wait with it rather than take those cores, or the longest such run
+  (113 s on the H200) would be passed over until it ran alone at the end.
+
+The cores set a floor of their own besides: the runs' CPU seconds over the cores.
 """
 
 from __future__ import annotations
@@ -65,11 +69,16 @@ def run_longest_first(tasks: Iterable[Task], jobs: int, cores: float | None = No
     lock = threading.Condition()
 
     def next_that_fits() -> Task | None:
-        """The first task in rank order whose cores fit beside the running ones (any task, when none runs)."""
-        fitting = [t for t in ready if cores is None or not busy[1] or busy[0] + t.cores <= cores]
-        if not fitting:
+        """The first task in rank order, once its cores fit beside the running ones (at once, when none runs).
+
+        The tasks behind it wait too: let them take the cores it waits for, and a long run that needs several
+        cores is passed over again and again until it starts last and runs alone at the end.
+        """
+        if not ready:
             return None
-        task = min(fitting, key=Task.rank)
+        task = min(ready, key=Task.rank)
+        if cores is not None and busy[1] and busy[0] + task.cores > cores:
+            return None
         ready.remove(task)
         return task
 
