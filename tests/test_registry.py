@@ -1,9 +1,9 @@
-"""What the maintainers' recipes rely on: every list that still names the workflow's tools agrees with the registry,
-and the README's map names every part of the package.
+"""What the maintainers' recipes rely on: everything that names the workflow's tools reads the registry, and the
+README's map names every part of the package.
 
-``oomlab/steps.py`` is the registry of the tools. Three lists name them beside it (the warm servers'
-imports, the bench's timings, the measurements page's columns): a tool added to the registry and
-not to them would be timed nowhere, shown nowhere, and imported afresh in every forked run.
+``oomlab/steps.py`` is the registry of the tools. The warm servers' imports, the bench's timings and the
+measurements page's columns are made from it: a tool they missed would be imported afresh in every
+forked run, timed nowhere and shown nowhere.
 """
 
 from __future__ import annotations

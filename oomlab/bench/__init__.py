@@ -53,8 +53,9 @@ from oomlab.errors import OomLabError
 from oomlab.grading.truth import all_runs
 from oomlab.measure import warm
 from oomlab.measure.harness import child_env
+from oomlab.steps import STEPS
 
-TOOLS = ("snapshot", "hunt", "profile", "diagnose")
+TOOLS = (*(s.name for s in STEPS), "diagnose")  # each step's tool (oomlab/steps.py), then diagnose, which runs them all
 ROWS = ("exercises", "scripts")  # the kinds of row a report holds, each merged by id
 VERDICTS = ("passes.", "does not pass yet.")
 

@@ -17,7 +17,7 @@ from oomlab.site.module_pages import page_uri
 from oomlab.site.reports import EQUIVALENCE_JSON, SPEED_JSON, VERIFY_JSON, Reports, measured_date, measured_on
 from oomlab.site.tool_costs import big_snapshot_section, oom_hook_section
 from oomlab.site.witness_section import witness_section
-from oomlab.steps import step
+from oomlab.steps import STEPS, step
 
 __all__ = ["SPEED_COLUMNS", "TARGETS", "measurements_page"]
 
@@ -115,9 +115,7 @@ SPEED_COLUMNS = (  # (speed.json key, column heading)
     ("check_cold_s", "`oomlab check`"),
     ("recheck_warm_s", "re-check under `watch`"),
     ("plain_bug_s", "`python train.py` (bug)"),
-    ("snapshot_s", "`snapshot`"),
-    ("hunt_s", "`hunt`"),
-    ("profile_s", "`profile`"),
+    *((f"{s.name}_s", f"`{s.name}`") for s in STEPS),  # each step's tool, from the registry (oomlab/steps.py)
     ("diagnose_s", "`diagnose`"),
 )
 TARGETS = {
