@@ -279,6 +279,24 @@ def test_doctor_on_a_machine_with_no_nvidia_driver_says_so_and_lists_what_still_
     assert f"oomlab compare course/figures/{bug} course/figures/{fix}" in works
 
 
+def test_doctor_with_no_nvidia_driver_reads_torchs_version_without_importing_torch():
+    """Nothing can be measured there, so doctor does not spend the seconds importing torch takes to say so."""
+    code = (
+        "import sys; from oomlab.measure import machine; machine.has_nvidia_driver = lambda: False; "
+        "rows, ready = machine.diagnose(); print('torch' in sys.modules, ready, [r[:2] for r in rows if r[1] in ('torch', 'GPU')])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False", "[('ok',", "'torch'),", "('fail',", "'GPU')]"], done.stdout + done.stderr
+
+
+def test_doctor_judges_torchs_version():
+    from oomlab.measure.machine import torch_row
+
+    assert torch_row("2.13.0+cpu") == ("ok", "torch", "2.13.0+cpu")
+    assert torch_row("2.3.1")[0] == "fail" and "needs 2.4 or newer" in torch_row("2.3.1")[2]
+    assert torch_row(None) == ("fail", "torch", "not installed: `make start` installs it")
+
+
 def test_a_course_installed_from_a_wheel_offers_the_snapshots_the_wheel_ships(tmp_path, monkeypatch):
     """No checkout, no GPU: ``oomlab init`` copied the wheel's two snapshots, and doctor points at them."""
     from oomlab.course import shipped

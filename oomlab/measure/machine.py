@@ -179,6 +179,24 @@ def witness_row() -> tuple[str, str, str]:
     return ("ok", "driver witness", f"NVML answers for {devices} GPU(s); each run checks that it is listed by its process id")
 
 
+def installed_torch() -> str | None:
+    """The version of the torch installed for this Python, read from its metadata (torch is not imported); None if none."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def torch_row(version: str | None) -> tuple[str, str, str]:
+    """Doctor's row for torch: installed, and new enough for the course (2.4)."""
+    if version is None:
+        return ("fail", "torch", "not installed: `make start` installs it")
+    too_old = tuple(int(x) for x in re.findall(r"\d+", version)[:2]) < (2, 4)
+    return ("fail" if too_old else "ok", "torch", version + (" (the course needs 2.4 or newer)" if too_old else ""))
+
+
 def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
     """Rows of (level, item, finding), level in ok/warn/fail; and whether measuring can work."""
     rows: list[tuple[str, str, str]] = []
@@ -207,21 +225,18 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
     except OomLabError as err:
         rows.append(("fail", "course", str(err)))
 
+    driver = has_nvidia_driver()
+    if not driver:  # nothing can be measured here: say so without the seconds importing torch takes
+        rows.append(torch_row(installed_torch()))
+        rows.append(("fail", "GPU", "no NVIDIA GPU on this machine: no NVIDIA driver"))
+        return rows, False
     try:
         import torch
     except ImportError:
-        rows.append(("fail", "torch", "not installed: `make start` installs it"))
+        rows.append(torch_row(None))
         return rows, False
-    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
-    too_old = version < (2, 4)
-    rows.append(
-        ("fail" if too_old else "ok", "torch", f"{torch.__version__}" + (" (the course needs 2.4 or newer)" if too_old else ""))
-    )
-    driver = has_nvidia_driver()
-    if not driver and (torch.version.cuda is None or not torch.cuda.is_available()):
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        rows.append(("fail", "GPU", f"no NVIDIA GPU on this machine: no NVIDIA driver (torch is {build})"))
-        return rows, False
+    rows.append(row := torch_row(torch.__version__))
+    too_old = row[0] == "fail"
     if torch.version.cuda is None:
         rows.append(
             (
