@@ -255,6 +255,20 @@ def test_autograde_outside_a_course_folder_says_where_to_run_it(tmp_path):
     assert done.returncode == 2 and "nbgrader_config.py" in " ".join(done.stdout.split())
 
 
+def test_without_the_instructors_extra_a_classroom_command_says_how_to_install_it(monkeypatch, capsys):
+    import importlib.util
+
+    from oomlab.cli import main
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbgrader" else found(name, *a))
+    with pytest.raises(SystemExit) as done:
+        main(["nbgrader", "autograde", "production"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 2 and "nbgrader is not installed here (nbgrader is missing)" in out
+    assert "pip install 'oomlab[nbgrader]'" in out
+
+
 # How nbgrader 0.9 logs a kernel that never answered, as it did when two kernels started at once took the same port.
 KERNEL_LOST = """[AutogradeApp | INFO] Autograding /c/autograded/ada/production/inference-worker.ipynb
 zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:47263')

@@ -50,7 +50,7 @@ from oomlab.classroom import measured
 from oomlab.classroom.autograde_guard import CHECKED, UNREADABLE, set_aside, why_unreadable
 from oomlab.classroom.build import assignments
 from oomlab.classroom.cells import check_line
-from oomlab.classroom.layout import PINNED, class_root
+from oomlab.classroom.layout import PINNED, course_folder
 from oomlab.classroom.preprocessors import exercise_cell, script_of
 from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
 from oomlab.course import Course
@@ -135,16 +135,6 @@ def _set_aside(subs: list[_Submission]) -> None:
                 raise write_error(
                     sub.path.with_name(sub.path.name + UNREADABLE), err, "set aside the unreadable notebook as"
                 ) from None
-
-
-def _course_folder() -> Path:
-    root = class_root()
-    if root is None:
-        raise OomLabError(
-            f"No course folder made by `oomlab nbgrader build` at or above {Path.cwd()}.",
-            "Run this in the folder that `oomlab nbgrader build DIR` made (it holds nbgrader_config.py).",
-        )
-    return root
 
 
 def _submissions(root: Path, course: Course, assignment: str, students: list[str]) -> list[_Submission]:
@@ -399,7 +389,7 @@ def grade_class(
     assignment: str, students: list[str] | None = None, jobs: int | None = None, note: Callable[[str], None] = lambda _: None
 ) -> ClassReport:
     """Grade every collected submission of ``assignment`` (or those of ``students``); see the module's docstring."""
-    root = _course_folder()
+    root = course_folder()
     course = Course(root / PINNED, working_tree=True)  # the instructor's pinned copy: its manifests are the ones
     subs = _submissions(root, course, assignment, list(students or []))
     if not subs:

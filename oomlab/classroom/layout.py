@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomlab.course import CLASS_COPY
+from oomlab.errors import OomLabError
 
 CONFIG = "nbgrader_config.py"
 OURS = "oomlab_config.py"
@@ -39,3 +40,14 @@ def class_root(start: Path | None = None) -> Path | None:
         if (folder / CONFIG).is_file() and (folder / PINNED / "exercises").is_dir():
             return folder
     return None
+
+
+def course_folder() -> Path:
+    """:func:`class_root` of the current folder, or the error that says where to run instead."""
+    root = class_root()
+    if root is None:
+        raise OomLabError(
+            f"No course folder made by `oomlab nbgrader build` at or above {Path.cwd()}.",
+            "Run this in the folder that `oomlab nbgrader build DIR` made (it holds nbgrader_config.py).",
+        )
+    return root

@@ -21,15 +21,19 @@ from oomlab.errors import OomLabError
 
 
 def _classroom():
-    """The nbgrader extra, or one message saying how to install it."""
-    try:
-        import nbformat  # noqa: F401
-        import nbgrader  # noqa: F401
-    except ImportError as err:
-        raise OomLabError(
-            f"nbgrader is not installed here ({err.name} is missing).",
-            "Install the instructors' extra: pip install 'oomlab[nbgrader]' (in a checkout: pip install -e '.[nbgrader]').",
-        ) from None
+    """The nbgrader extra, or one message saying how to install it.
+
+    Looked up, not imported: importing nbformat and nbgrader takes seconds, and a command that stops first (no
+    course folder here, no GPU) should say so at once.
+    """
+    from importlib.util import find_spec
+
+    for name in ("nbformat", "nbgrader"):
+        if find_spec(name) is None:
+            raise OomLabError(
+                f"nbgrader is not installed here ({name} is missing).",
+                "Install the instructors' extra: pip install 'oomlab[nbgrader]' (in a checkout: pip install -e '.[nbgrader]').",
+            )
 
 
 @nbgrader_app.command()
@@ -62,6 +66,9 @@ def autograde(
 ) -> None:
     """Grade a class on this GPU: measure every submission at once, run nbgrader's autograde, say who lost what and why."""
     _classroom()
+    from oomlab.classroom.layout import course_folder
+
+    course_folder()  # in the wrong folder, said before the seconds importing nbgrader takes
     from oomlab.classroom.classgrade import grade_class
 
     with console.status(f"Grading {assignment}…") as status:
