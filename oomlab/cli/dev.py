@@ -25,10 +25,9 @@ from rich.text import Text
 
 from oomlab.cli import console, dev_app
 from oomlab.course import Course, reports
-from oomlab.course.state import write_atomic
+from oomlab.course.state import relpath, write_atomic
 from oomlab.errors import OomLabError
 from oomlab.figure_names import COMPARED, label
-from oomlab.grading.present import relpath
 from oomlab.units import in_mib
 
 JOBS = typer.Option(0, min=0, help="runs at once (default 0: as many as the cores and the GPU's free memory allow)")

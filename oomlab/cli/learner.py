@@ -6,7 +6,7 @@ import contextlib
 import difflib
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich import box
@@ -26,19 +26,13 @@ from oomlab.course.originals import keep_originals, pristine_source
 from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
 from oomlab.course.shipped import init_course
-from oomlab.course.state import StateDir, read_error, require_readable
-from oomlab.grading.present import (
-    print_manifest_note,
-    print_report,
-    print_run,
-    relpath,
-)
-from oomlab.grading.verdict import Report, grade
-from oomlab.measure import warm
-from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
+from oomlab.course.state import StateDir, read_error, relpath, require_readable
 from oomlab.measure.machine import has_nvidia_driver, machine_error, refuse_without_a_driver
 from oomlab.steps import STEPS, step
 from oomlab.units import in_gib
+
+if TYPE_CHECKING:
+    from oomlab.grading.verdict import Report
 
 EXERCISE = typer.Argument(..., help="exercise id or number")
 
@@ -190,6 +184,9 @@ def measuring(ex: Exercise, what: str = "Measuring"):
 @app.command()
 def run(exercise: str = EXERCISE) -> None:
     """Run your version under the exercise's budget and show the OOM or the memory figures."""
+    from oomlab.grading.present import print_manifest_note, print_run
+    from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
+
     course, _ = load()
     ex = course.get(exercise)
     readable(ex)
@@ -212,6 +209,9 @@ def run(exercise: str = EXERCISE) -> None:
 
 
 def grade_and_show(ex: Exercise, progress: Progress) -> Report:
+    from oomlab.grading.present import print_report
+    from oomlab.grading.verdict import grade
+
     readable(ex)
     refuse_without_a_driver(ex.learner_path, f"grading {ex.id}")
     first = not StateDir(ex.root).references.is_dir()
@@ -283,6 +283,9 @@ def watch(
     It keeps a measuring server warm (torch imported once), so a re-check costs the
     workload, not the imports; `oomlab check` in another terminal uses it too.
     """
+    from oomlab.measure import warm
+    from oomlab.measure.harness import child_env
+
     course, progress = load()
     ex = course.get(exercise) if exercise else current(course, progress)
     with contextlib.ExitStack() as servers:

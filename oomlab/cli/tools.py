@@ -23,10 +23,7 @@ from oomlab.course.state import make_folder, remove_empty_folders, shown, write_
 from oomlab.errors import OomLabError
 from oomlab.steps import STEPS, fix_first, step
 from oomlab.tools import analysis, presenter
-from oomlab.tools.compare import analysis as compare_analysis
-from oomlab.tools.compare import present as compare_present
-from oomlab.tools.compare import sides
-from oomlab.tools.compare.analysis import DEFAULT_TOP
+from oomlab.tools.compare import DEFAULT_TOP
 from oomlab.tools.run import (
     Target,
     budget_option,
@@ -217,6 +214,10 @@ def compare(
     (solutions/ID/train.py too) runs under that exercise's budget. Lines are matched across different code by their
     text, so a line that moved is still the same line. Every change is B minus A.
     """
+    from oomlab.tools.compare import analysis as compare_analysis
+    from oomlab.tools.compare import present as compare_present
+    from oomlab.tools.compare import sides
+
     # A bad option is refused even where both sides are files and nothing runs.
     budget_option(budget)
     time_limit_option(time_limit)

@@ -45,6 +45,14 @@ __all__ = [
 NAME = ".oomlab"
 
 
+def relpath(path: str | Path, root: Path) -> str:
+    """``path`` relative to ``root`` where it lies inside it, as given where it does not."""
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def shown(path: str | Path, limit: int = 120) -> str:
     """A path (or any argument) as a message shows it: whole up to ``limit`` characters, else its two ends."""
     text = str(path)

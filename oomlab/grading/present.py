@@ -11,6 +11,7 @@ from rich.text import Text
 
 from oomlab.course.manifest import Exercise
 from oomlab.course.originals import manifest_note
+from oomlab.course.state import relpath
 from oomlab.figure_names import NAMES
 from oomlab.grading.verdict import Report, unwitnessed
 from oomlab.measure.harness import SCRIPT_FAILURES, Measurement
@@ -18,13 +19,6 @@ from oomlab.oom import first_line
 from oomlab.units import format_bytes
 
 FIGURES = ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "ooms")  # the figures table's rows
-
-
-def relpath(path: str | Path, root: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(root))
-    except ValueError:
-        return str(path)
 
 
 def figures_table(m: Measurement) -> Table:

@@ -14,3 +14,5 @@ hunt tools write, or runs them first.
 - :mod:`~oomlab.tools.compare.analysis`: the pairing and the result, pure over plain data;
 - :mod:`~oomlab.tools.compare.present`: the tables in the terminal and ``compare.png``.
 """
+
+DEFAULT_TOP = 10  # how many allocation sites (and holders) the comparison lists each way

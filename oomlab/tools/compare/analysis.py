@@ -49,6 +49,7 @@ import linecache
 import os
 
 from oomlab.figure_names import NAMES
+from oomlab.tools.compare import DEFAULT_TOP
 from oomlab.tools.hunt.analysis import stable_name
 from oomlab.tools.snapshot.analysis import LIVE, allocation_site, site_text, state_of
 from oomlab.units import format_bytes
@@ -68,7 +69,6 @@ __all__ = [
 ]
 
 TOOL = "compare"
-DEFAULT_TOP = 10
 BY_TEXT, BY_LINE, BY_LABEL, ONLY_A, ONLY_B = "line text", "file and line", "label", "only in A", "only in B"
 
 # The figures set side by side (their names and meanings: oomlab.figure_names), and whether each is a byte count.
