@@ -8,16 +8,11 @@ graders, ``oomlab dev verify`` and the site pages are derived from it.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
+from oomlab.course.toml_file import read_toml
 from oomlab.errors import OomLabError
 from oomlab.steps import STEPS
 from oomlab.units import MIB
@@ -145,16 +140,7 @@ def load_exercise(manifest: Path, root: Path, solutions: Path | None = None, mod
 
 
 def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | None) -> Exercise:
-    try:
-        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise OomLabError(f"{manifest} does not exist.", "Every exercise folder needs an exercise.toml.") from None
-    except tomllib.TOMLDecodeError as err:
-        raise OomLabError(f"{manifest} is not valid TOML: {err}.", "Fix the syntax at the place named.") from None
-    except UnicodeDecodeError as err:
-        raise OomLabError(f"{manifest} is not UTF-8 text: {err.reason} at byte {err.start}.", "Save it as UTF-8.") from None
-    except OSError as err:
-        raise OomLabError(f"Cannot read {manifest}: {err.strerror or err}.", "Make it a readable file.") from None
+    data = read_toml(manifest, "Every exercise folder needs an exercise.toml.")
 
     folder = manifest.parent.name
     ex_id = _require(data, "id", str, manifest)

@@ -13,15 +13,10 @@ and nothing else.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
+from oomlab.course.toml_file import read_toml
 from oomlab.errors import OomLabError
 
 __all__ = ["MODULE_LIST", "READ_FIRST", "Module", "load_modules", "met_before_its_step", "modules_file", "step_label"]
@@ -62,20 +57,11 @@ def modules_file(root: Path) -> Path:
 
 def load_modules(path: Path) -> tuple[Module, ...]:
     """The modules that ``path`` (a course's ``exercises/modules.toml``) lists; every problem is one clear OomLabError."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise OomLabError(
-            f"{path} does not exist.",
-            "Every course lists its modules there, each with its exercises in teaching order: "
-            "copy the one oomlab ships (exercises/modules.toml) and name your exercises in it.",
-        ) from None
-    except tomllib.TOMLDecodeError as err:
-        raise OomLabError(f"{path} is not valid TOML: {err}.", "Fix the syntax at the place named.") from None
-    except UnicodeDecodeError as err:
-        raise OomLabError(f"{path} is not UTF-8 text: {err.reason} at byte {err.start}.", "Save it as UTF-8.") from None
-    except OSError as err:
-        raise OomLabError(f"Cannot read {path}: {err.strerror or err}.", "Make it a readable file.") from None
+    data = read_toml(
+        path,
+        "Every course lists its modules there, each with its exercises in teaching order: "
+        "copy the one oomlab ships (exercises/modules.toml) and name your exercises in it.",
+    )
 
     tables = data.get("modules")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
