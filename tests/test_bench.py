@@ -49,6 +49,8 @@ def test_a_target_missed_by_any_row_is_missed_and_verify_keeps_its_own_sitting()
         "check_under_15_s": True,
     }
     assert merge(None, {"exercises": [row("a", "x")]})["exercises"][0]["id"] == "a"
+    again = merge({**earlier, "verify_slots_held": 0.5}, {"verify_wall_s": 190.0, "verify_vs_floor": 1.1})
+    assert "verify_slots_held" not in again and "verify_created" not in again, "a new verify sitting keeps no old figure"
 
 
 def test_a_script_row_counts_towards_the_diagnose_target_and_scripts_merge_like_exercises():
@@ -98,6 +100,18 @@ def test_the_verify_row_says_how_near_its_floor_the_truth_check_ran():
     assert (row["verify_runs_sum_s"], row["verify_longest_run_s"], row["verify_floor_s"]) == (43.0, 30.0, 30.0)
     assert row["verify_vs_floor"] == 1.2 and row["verify_parallel"] == 2
     assert verify_row({**report, "jobs": 1}, 43.0)["verify_floor_s"] == 43.0, "one slot: the floor is the sum"
+    assert "verify_slots_held" not in row, "a report that does not say when its tasks ran says nothing of them"
+
+    # When each task ran, seconds into the sitting: the eight tasks held 40 + 2 + 10 + 35 + 4 and 2 + 2 + 1 = 96 s
+    # of the 2 slots' 2 x 50 s, 53 s of it outside their scripts' own 43 s; the first started at 1 s, the last ended at 45 s.
+    spans = iter([[5, 45], [10, 12], [12, 22], [5, 40], [1, 5], [22, 24], [24, 26], [5, 6]])
+    for ex in report["exercises"]:
+        for r in ex["cheats"] + ex.get("wrong_fixes", []) + [ex["solution"], ex["buggy"]] + ex.get("alternatives", []):
+            r["task_s"] = next(spans)
+        ex["reference_task_s"] = next(spans)
+    timed = verify_row(report, 50.0)
+    assert (timed["verify_tasks_sum_s"], timed["verify_outside_runs_s"], timed["verify_slots_held"]) == (96.0, 53.0, 0.96)
+    assert (timed["verify_first_start_s"], timed["verify_last_end_s"]) == (1.0, 45.0)
 
 
 # --------------------------------------------------------------------------- the tools' own costs on the site
@@ -184,3 +198,27 @@ def test_the_witness_bench_alternates_runs_with_and_without_the_driver_and_repor
     row = report["exercises"]["reference-cycle"]
     assert (row["with"]["samples"], row["with"]["sample_ms_max"], row["without"]["samples"]) == (40, 4.0, None)
     assert row["script_wall_overhead"] == 0.1 and report["interval_s"] == bench.INTERVAL_S
+
+
+def test_the_measurements_page_says_how_the_truth_checks_slots_were_spent_only_where_the_sitting_timed_its_tasks():
+    from oomlab.site.measurements_page import speed_section
+
+    sitting = {
+        "gpu": "G",
+        "torch": "T",
+        "exercises": [],
+        "scripts": [],
+        "targets": {},
+        "verify_wall_s": 50.0,
+        "verify_runs": 8,
+        "verify_parallel": 2,
+        "verify_floor_s": 30.0,
+        "verify_longest_run_s": 30.0,
+        "verify_runs_sum_s": 43.0,
+        "verify_vs_floor": 1.67,
+    }
+    plain = "\n".join(speed_section(sitting, {"runs": 8}))
+    assert "1.67 times that" in plain and "slots' time" not in plain
+    timed = {**sitting, "verify_slots_held": 0.96, "verify_outside_runs_s": 53.0, "verify_first_start_s": 1.0}
+    text = "\n".join(speed_section(timed, {"runs": 8}))
+    assert "held 96% of the slots' time; 53.0 s" in text and "began 1.0 s in" in text

@@ -278,9 +278,12 @@ def merge(earlier: dict | None, now: dict) -> dict:
     GPU machine, so it is run an exercise or a few at a time; every row says when
     and where it was measured, and the targets are judged over all of them.
     """
-    merged = {**(earlier or {}), **{k: v for k, v in now.items() if k not in ROWS}}
+    earlier = earlier or {}
+    if any(k.startswith("verify_") for k in now):  # a sitting's verify figures replace the last one's whole
+        earlier = {k: v for k, v in earlier.items() if not k.startswith("verify_")}
+    merged = {**earlier, **{k: v for k, v in now.items() if k not in ROWS}}
     for kind in ROWS:
-        rows = {r["id"]: r for r in (earlier or {}).get(kind, [])}
+        rows = {r["id"]: r for r in earlier.get(kind, [])}
         rows.update({r["id"]: r for r in now.get(kind, [])})
         merged[kind] = list(rows.values())
     merged["targets"] = targets(merged)
@@ -291,10 +294,25 @@ def verify_row(report: dict, wall_s: float) -> dict:
     """How near its floor a truth check ran: ``max(longest run, sum of runs / jobs)``, which no schedule can beat.
 
     Each exercise's reference fix is measured before its runs, and counted at its fix's time (the same script).
+    Where the report says when each task ran (``task_s``), also how that time was spent: the share of the
+    slots' time that tasks held, what tasks spent outside their scripts' own runs (starting the process and
+    CUDA, grading), and when the first task started and the last ended.
     """
     runs = [run["wall_s"] or 0.0 for row in report["exercises"] for run in all_runs(row)]
     runs += [row["solution"]["wall_s"] or 0.0 for row in report["exercises"]]
     floor = max(max(runs, default=0.0), sum(runs) / max(1, report["jobs"]))
+    spans = [run["task_s"] for row in report["exercises"] for run in all_runs(row) if "task_s" in run]
+    spans += [row["reference_task_s"] for row in report["exercises"] if "reference_task_s" in row]
+    tasks = {}
+    if spans and len(spans) == len(runs):
+        held = sum(end - start for start, end in spans)
+        tasks = {
+            "verify_tasks_sum_s": round(held, 1),
+            "verify_outside_runs_s": round(held - sum(runs), 1),
+            "verify_slots_held": round(held / (wall_s * max(1, report["jobs"])), 2) if wall_s else None,
+            "verify_first_start_s": round(min(start for start, _ in spans), 1),
+            "verify_last_end_s": round(max(end for _, end in spans), 1),
+        }
     return {
         "verify_wall_s": round(wall_s, 1),
         "verify_runs": report["runs"],
@@ -304,6 +322,7 @@ def verify_row(report: dict, wall_s: float) -> dict:
         "verify_longest_run_s": round(max(runs, default=0.0), 1),
         "verify_floor_s": round(floor, 1),
         "verify_vs_floor": round(wall_s / floor, 2) if floor else None,
+        **tasks,
     }
 
 

@@ -413,6 +413,12 @@ def bench(
         console.print(
             f"oomlab dev verify: {report['verify_wall_s']} s, {report.get('verify_vs_floor', '?')}x its floor of "
             f"{report.get('verify_floor_s', '?')} s ({report['verify_created']})"
+            + (
+                f"; tasks held {report['verify_slots_held']:.0%} of the slots, {report['verify_outside_runs_s']} s outside "
+                "the scripts' runs"
+                if report.get("verify_slots_held") is not None
+                else ""
+            )
         )
     if "class" in report:
         c = report["class"]

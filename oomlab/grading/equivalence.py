@@ -60,9 +60,10 @@ def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int =
     runs = [v for ex in exercises for v in variants(ex)]
     walls = {}
     measured = {}
+    spans = {"fresh": {}, "forked": {}}
     for way in ("fresh", "forked"):
         start = time.perf_counter()
-        measured[way] = run_all(runs, lambda s, way=way: note(f"{way}: {s}"), jobs, fresh=way == "fresh")
+        measured[way] = run_all(runs, lambda s, way=way: note(f"{way}: {s}"), jobs, fresh=way == "fresh", spans=spans[way])
         walls[way] = round(time.perf_counter() - start, 1)
     (fresh_refs, fresh_runs), (forked_refs, forked_runs) = measured["fresh"], measured["forked"]
     rows = []
@@ -73,7 +74,7 @@ def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int =
                 verdicts = (fresh_row["verdict"], forked_row["verdict"])
                 rows.append(_row(ex.id, v.name, v.kind, fresh.measurement, forked.measurement, verdicts))
     ref = fresh_refs[exercises[0].id] if exercises else None
-    verified = verify_report(exercises, runs, forked_refs, forked_runs, jobs, False, walls["forked"])
+    verified = verify_report(exercises, runs, forked_refs, forked_runs, jobs, False, walls["forked"], spans["forked"])
     return {
         "gpu": ref.gpu if ref else None,
         "torch": ref.torch if ref else None,

@@ -154,6 +154,10 @@ def witness_figures(m: Measurement, reference: Measurement) -> dict:
         "script_cpu_s": script_cpu(m),
         "host_growth": host_growth(m),
         "weights_distance": distance,
+        # Where a run's time goes besides its script: the measured process's whole life as its supervisor saw it, and
+        # how far into it the script was about to start (imports, CUDA, the budget); its task's span is the row's task_s.
+        "process_s": w.get("process_s"),
+        "ready_s": ((w.get("marks") or {}).get("ready") or {}).get("t"),
     }
 
 
@@ -250,7 +254,13 @@ def expected_costs(exercises) -> dict[tuple[str, str], tuple[float, float]]:
     return costs
 
 
-def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, jobs: int = 1, fresh: bool = False):
+def run_all(
+    runs: list[Variant],
+    note: Callable[[str], None] = lambda _: None,
+    jobs: int = 1,
+    fresh: bool = False,
+    spans: dict | None = None,
+):
     """Measure the variants and their exercises' references, ``jobs`` at a time; ``(references, [(row, report)])``.
 
     Every run is its own process under its own budget, so runs can go at once.
@@ -261,16 +271,33 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
     several cores busy waits for room among this machine's cores. Runs are forked
     from warm servers, one per allocator setting (``fresh``: each in a new Python
     process instead, as ``equivalence.json`` compares).
+
+    Each run's row says when its task started and ended (``task_s``, seconds since this call began: the servers'
+    start, the process, the grading and the wait for a slot are in them, none of which its ``wall_s`` counts);
+    ``spans`` receives the same for each exercise's reference fix, by exercise id.
     """
+    began = time.perf_counter()
+    spans = {} if spans is None else spans
     exercises = list({v.exercise.id: v.exercise for v in runs}.values())
     finished = itertools.count(1)  # next() on it is atomic: safe from the worker threads
     expected = expected_costs(exercises)
     longest = (max((w for w, _ in expected.values()), default=0.0), 1.0)
 
+    def since_began() -> float:
+        return round(time.perf_counter() - began, 2)
+
     def counted(variant: Variant, done: dict):
+        start = since_began()
         measured = check(variant, done[variant.exercise.id])
+        measured[0]["task_s"] = [start, since_began()]
         note(f"{next(finished)} of {len(runs)} runs measured ({variant.id})")
         return measured
+
+    def reference_task(ex: Exercise) -> Measurement:
+        start = since_began()
+        ref = reference_of(ex)
+        spans[ex.id] = [start, since_began()]
+        return ref
 
     def guess(ex_id: str, name: str) -> tuple[float, float]:
         return expected.get((ex_id, name), expected.get((ex_id, "reference"), longest))
@@ -278,7 +305,7 @@ def run_all(runs: list[Variant], note: Callable[[str], None] = lambda _: None, j
     tasks = [
         Task(
             ex.id,
-            lambda _, ex=ex: reference_of(ex),
+            lambda _, ex=ex: reference_task(ex),
             first=True,  # the references unblock everything else: those with the most work behind them first
             seconds=sum(guess(v.exercise.id, v.name)[0] for v in runs if v.exercise is ex),
             cores=guess(ex.id, "reference")[1],
@@ -310,20 +337,24 @@ def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 
     start = time.perf_counter()
     exercises = list(exercises)
     runs = [v for ex in exercises for v in variants(ex)]
-    refs, measured = run_all(runs, note, jobs, fresh)
-    return verify_report(exercises, runs, refs, measured, jobs, fresh, time.perf_counter() - start)
+    spans: dict = {}
+    refs, measured = run_all(runs, note, jobs, fresh, spans)
+    return verify_report(exercises, runs, refs, measured, jobs, fresh, time.perf_counter() - start, spans)
 
 
-def verify_report(exercises, runs, refs, measured, jobs: int, fresh: bool, wall_s: float) -> dict:
+def verify_report(exercises, runs, refs, measured, jobs: int, fresh: bool, wall_s: float, spans: dict | None = None) -> dict:
     """The report of :func:`verify` from runs already measured (``oomlab dev equivalence`` writes it from its forked half).
 
     The report is assembled in course order whatever order the runs end in, so
-    it reads the same for any ``jobs``.
+    it reads the same for any ``jobs``. ``spans``: when each reference fix's task ran (:func:`run_all`).
     """
     rows = [row for row, _ in measured]
     report_rows = [
         exercise_row(ex, refs[ex.id], [row for v, row in zip(runs, rows, strict=True) if v.exercise is ex]) for ex in exercises
     ]
+    for row in report_rows:
+        if row["id"] in (spans or {}):
+            row["reference_task_s"] = spans[row["id"]]
     ref = refs[exercises[0].id] if exercises else None
     report = {
         "gpu": ref.gpu if ref else None,

@@ -176,6 +176,13 @@ def speed_section(report: dict | None, verify: dict | None) -> list[str]:
                 f"{report['verify_vs_floor']} times that, the longest run that can start going first."
                 if report.get("verify_floor_s")
                 else "."
+            )
+            + (
+                f" Its tasks held {report['verify_slots_held']:.0%} of the slots' time; {report['verify_outside_runs_s']} s "
+                "of theirs went outside the scripts' own runs (starting each process and CUDA, grading), and the first "
+                f"began {report['verify_first_start_s']} s in (the warm servers importing torch)."
+                if report.get("verify_slots_held") is not None
+                else ""
             ),
         ]
         verify = verify or {}
