@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,10 @@ from oomlab.grading import pytest_plugin
 from oomlab.grading.pytest_plugin import pytest_configure  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
+
+# An `oomlab check` a test runs on a GPU machine leaves no measuring server behind it for ten idle minutes
+# (oomlab.measure.keeper): tests/test_warm.py starts keepers itself, and stops them.
+os.environ.setdefault("OOMLAB_KEEP_WARM", "0")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from oomlab.bench import merge
 
 
@@ -222,3 +224,28 @@ def test_the_measurements_page_says_how_the_truth_checks_slots_were_spent_only_w
     timed = {**sitting, "verify_slots_held": 0.96, "verify_outside_runs_s": 53.0, "verify_first_start_s": 1.0}
     text = "\n".join(speed_section(timed, {"runs": 8}))
     assert "held 96% of the slots' time; 53.0 s" in text and "began 1.0 s in" in text
+
+
+def test_a_learners_check_is_the_one_after_the_first_where_that_was_timed_and_a_long_one_must_say_why():
+    from dataclasses import replace
+
+    from mkdocs.exceptions import PluginError
+
+    from oomlab.course import Course
+    from oomlab.site.exercise_page import check_time_row
+    from oomlab.site.reports import Reports
+
+    ex = replace(Course().get("eval-graphs"), long_check="")
+    first_only = {"id": ex.id, "gpu": "G", "torch": "T", "check_cold_s": 18.0}
+    kept = {**first_only, "check_kept_s": 3.2}
+    assert merge(None, {"exercises": [kept]})["targets"]["check_under_15_s"] is True
+    assert merge(None, {"exercises": [first_only]})["targets"]["check_under_15_s"] is False
+    assert merge(None, {"exercises": [{**first_only, "says_why": True}]})["targets"]["check_under_15_s"] is True
+
+    (line,) = check_time_row(ex, Reports([ex], speed={"exercises": [kept]}))
+    assert "3.2 s on G, torch T" in line and "the first check of a sitting, which imports torch: 18.0 s" in line
+    with pytest.raises(PluginError, match="18.0 s here, more than 15 s: say why"):
+        check_time_row(ex, Reports([ex], speed={"exercises": [first_only]}))
+    (line,) = check_time_row(replace(ex, long_check="It trains for an hour."), Reports([ex], speed={"exercises": [first_only]}))
+    assert "18.0 s" in line and "Longer than most: It trains for an hour." in line
+    assert check_time_row(ex, Reports([ex], speed={"exercises": []})) == []

@@ -37,6 +37,7 @@ COMMANDS = {
     "run": ["run", ID],
     "check": ["check", ID],
     "doctor": ["doctor"],
+    "stop": ["stop"],
 }
 STATES = ("edited", "deleted", "unreadable", "syntax-error", "damaged-state", "manifest-broken")
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

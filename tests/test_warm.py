@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -260,3 +261,47 @@ def test_runs_at_once_each_get_their_own_child(server, course, tmp_path):
     seen = [m.stdout.split() for m in runs]
     assert [count for _, count in seen] == ["4"] * 4
     assert len({pid for pid, _ in seen}) == 4 and str(os.getpid()) not in {pid for pid, _ in seen}
+
+
+def keeper_pid(root: Path) -> int:
+    from oomlab.measure import keeper
+
+    lock, _ = keeper._files(root, "")
+    return int(lock.read_text(encoding="ascii"))
+
+
+def test_a_check_leaves_a_keeper_whose_server_forks_the_next_run_one_keeper_per_course_until_oomlab_stop(tmp_path):
+    from oomlab.measure import keeper
+
+    script = write(tmp_path, TRAIN)
+    assert keeper.keep_warm(tmp_path, ""), "no keeper ran: the first check starts one"
+    deadline = time.monotonic() + warm.READY_TIMEOUT_S
+    while (server := WarmServer.find(tmp_path, "")) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server is not None, "the keeper's server never said it was ready"
+    pid = keeper_pid(tmp_path)
+    try:
+        assert run(script, course_root=tmp_path).runner == "forked", "the next check forks from the kept server"
+        assert not keeper.keep_warm(tmp_path, ""), "a second check starts no second keeper"
+        second = subprocess.run([sys.executable, "-m", "oomlab.measure.keeper", str(tmp_path), ""], timeout=30)
+        assert second.returncode == 0 and keeper_pid(tmp_path) == pid, "a keeper started beside it leaves at once"
+    finally:
+        stopped = keeper.stop_keepers(tmp_path)
+        deadline = time.monotonic() + 15
+        while not gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not gone(pid):  # never leave a keeper behind a failed test: its server stops with it
+            os.kill(pid, signal.SIGKILL)
+    assert stopped == 1 and WarmServer.find(tmp_path, "") is None, "oomlab stop ends the keeper and its server"
+    assert keeper.stop_keepers(tmp_path) == 0
+
+
+def test_a_keeper_stops_with_its_server_once_no_check_has_used_it_for_its_idle_time(tmp_path):
+    from oomlab.measure import keeper
+
+    _, used = keeper._files(tmp_path, "")
+    used.parent.mkdir(parents=True)
+    used.touch()
+    proc = subprocess.Popen([sys.executable, "-m", "oomlab.measure.keeper", str(tmp_path), "", "1"])
+    assert proc.wait(timeout=30) == 0
+    assert WarmServer.find(tmp_path, "") is None and not keeper._locked(keeper._files(tmp_path, "")[0])

@@ -7,7 +7,10 @@ init`` (the learner's view: solutions in the package, references cached under
 
 - ``plain_s``: ``python train.py`` with the reference fix as the learner's file,
   uncapped: what the workload costs without oomlab;
-- ``check_cold_s``: ``oomlab check ID`` on that file, reference cached, no server;
+- ``check_cold_s``: ``oomlab check ID`` on that file, reference cached, no server
+  (``--no-keep-warm``): the first check of a sitting;
+- ``check_kept_s``: ``oomlab check ID`` once the server that a first check
+  leaves (:mod:`oomlab.measure.keeper`) is ready: every check after the first;
 - ``recheck_warm_s``: under ``oomlab watch ID``, from a save to the verdict;
 - ``plain_bug_s``: ``python train.py`` as shipped, uncapped;
 - ``snapshot_s``, ``hunt_s``, ``profile_s``, ``diagnose_s``: each tool on the
@@ -131,6 +134,28 @@ def watch_rechecks(root: Path, ex, repeat: int, env: dict) -> list[float]:
             proc.wait()
 
 
+def kept_checks(root: Path, ex, repeat: int, env: dict) -> list[float]:
+    """Seconds of ``oomlab check`` after a first one, whose keeper's server is ready by then (a learner edits meanwhile)."""
+    from oomlab.measure.keeper import stop_keepers
+
+    try:
+        timed(oomlab("check", "--keep-warm", ex.id), root, env)  # the first check of a sitting: it leaves a keeper
+        deadline = time.perf_counter() + warm.READY_TIMEOUT_S
+        while warm.WarmServer.find(root, ex.alloc_conf) is None:
+            if time.perf_counter() > deadline:
+                raise OomLabError(f"`oomlab check {ex.id}` left no warm server that got ready.", "Run it by hand to see why.")
+            time.sleep(0.2)
+        return [timed(oomlab("check", "--keep-warm", ex.id), root, env) for _ in range(repeat)]
+    finally:
+        stop_keepers(root)
+
+
+def learner_check_s(row: dict) -> float | None:
+    """What a learner waits for at ``oomlab check`` of an exercise, its reference cached: a check after the first of
+    a sitting (``check_kept_s``) where one was timed, else a first one (``check_cold_s``)."""
+    return row.get("check_kept_s", row.get("check_cold_s"))
+
+
 def tool_runs(target: list[str], cwd: Path, env: dict, repeat: int, out: Path) -> dict:
     """Each tool on ``target`` (an exercise id, or a script): the median wall time and the probe's analysis time."""
     row: dict = {}
@@ -158,8 +183,9 @@ def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None], che
         try:
             learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
             note(f"{ex.id}: checks of the reference fix")
-            timed(oomlab("check", ex.id), root, env)  # measures and caches the reference
-            row["check_cold_s"] = median([timed(oomlab("check", ex.id), root, env) for _ in range(repeat)])
+            timed(oomlab("check", "--no-keep-warm", ex.id), root, env)  # measures and caches the reference
+            row["check_cold_s"] = median([timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat)])
+            row["check_kept_s"] = median(kept_checks(root, ex, repeat, env))
         finally:
             learner.write_text(shipped, encoding="utf-8")
         return row
@@ -171,8 +197,9 @@ def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None], che
         learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
         note(f"{ex.id}: plain runs and checks of the reference fix")
         row["plain_s"] = median([timed([sys.executable, ex.file], learner.parent, env) for _ in range(repeat)])
-        timed(oomlab("check", ex.id), root, env)  # measures and caches the reference
-        row["check_cold_s"] = median([timed(oomlab("check", ex.id), root, env) for _ in range(repeat)])
+        timed(oomlab("check", "--no-keep-warm", ex.id), root, env)  # measures and caches the reference
+        row["check_cold_s"] = median([timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat)])
+        row["check_kept_s"] = median(kept_checks(root, ex, repeat, env))
         note(f"{ex.id}: re-checks under watch")
         row["recheck_warm_s"] = median(watch_rechecks(root, ex, repeat, env))
     finally:
@@ -338,8 +365,8 @@ def targets(report: dict) -> dict:
     }
     if report.get("verify_vs_floor") is not None:
         met["verify_within_1_2x_floor"] = report["verify_vs_floor"] <= 1.2
-    if checked := [r for r in rows if "check_cold_s" in r]:
-        met["check_under_15_s"] = all(r["check_cold_s"] <= CHECK_WAIT_S or r.get("says_why") for r in checked)
+    if checked := [r for r in rows if learner_check_s(r) is not None]:
+        met["check_under_15_s"] = all(learner_check_s(r) <= CHECK_WAIT_S or r.get("says_why") for r in checked)
     if "class" in report:
         c = report["class"]
         met[f"class_of_{c['students']}_under_5_min"] = c["wall_s"] < 300 and c["verdicts_as_expected"]

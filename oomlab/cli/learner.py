@@ -227,11 +227,32 @@ def grade_and_show(ex: Exercise, progress: Progress) -> Report:
 
 
 @app.command()
-def check(exercise: str = EXERCISE) -> None:
+def check(
+    exercise: str = EXERCISE,
+    keep_warm: bool = typer.Option(
+        True,
+        "--keep-warm/--no-keep-warm",
+        envvar="OOMLAB_KEEP_WARM",
+        help="keep a measuring server with torch imported for the next check (it stops after "
+        "10 idle minutes, or at `oomlab stop`)",
+    ),
+) -> None:
     """Grade your version: every check, measured against the reference solution on this GPU."""
     course, progress = load()
     ex = course.get(exercise)
     report = grade_and_show(ex, progress)
+    if keep_warm and has_nvidia_driver():
+        from oomlab.measure.keeper import IDLE_S
+        from oomlab.measure.keeper import keep_warm as start_keeper
+
+        if start_keeper(ex.root, ex.alloc_conf):
+            console.print(
+                Text(
+                    "A measuring server now keeps torch imported, so your next check costs the script, not the imports "
+                    f"(it stops after {IDLE_S / 60:g} idle minutes, or at `oomlab stop`).",
+                    style="dim",
+                )
+            )
     if not report.passed:
         raise typer.Exit(1)
     nxt = current(course, progress)
@@ -319,6 +340,19 @@ def watch(
                 return
             time.sleep(interval)
     console.print(Text("Every exercise passes.", style="bold green"))
+
+
+@app.command()
+def stop() -> None:
+    """Stop the measuring servers `oomlab check` keeps warm for this course (they stop by themselves when idle)."""
+    from oomlab.measure.keeper import stop_keepers
+
+    stopped = stop_keepers(Course(strict=False).root)  # whatever state the exercises and the progress are in
+    console.print(
+        f"Stopped {stopped} warm measuring server{'s' if stopped != 1 else ''}."
+        if stopped
+        else "No warm measuring server runs for this course."
+    )
 
 
 @app.command()
