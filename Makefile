@@ -32,8 +32,11 @@ endif
 # pip compiles what it installs to bytecode, but not the course's own package, installed editable: where
 # PYTHONDONTWRITEBYTECODE is set, every process (each measured run, each command the tests start) would
 # compile oomlab from source again, so it is compiled once here.
+# The pip a new venv gets is the one Python shipped with; a current one resolves the course's hundred-odd
+# dependencies in half the time (on CI, 31 s -> 19 s). Where none can be had, the old one installs as well, slower.
 $(BIN)/oomlab: pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install --quiet --timeout 10 --retries 0 --upgrade pip 2>/dev/null || echo "pip could not be upgraded: the install takes a little longer"
 	$(INSTALL_TORCH)
 	@echo "Installing the course and its tools into $(VENV) (a minute or two)…"
 	$(PIP) -e ".[dev,docs,nbgrader]"
