@@ -270,7 +270,14 @@ def keeper_pid(root: Path) -> int:
     return int(lock.read_text(encoding="ascii"))
 
 
-def test_a_check_leaves_a_keeper_whose_server_forks_the_next_run_one_keeper_per_course_until_oomlab_stop(tmp_path):
+def keeper_pid_or_none(root: Path) -> int | None:
+    try:
+        return keeper_pid(root)
+    except (OSError, ValueError):
+        return None
+
+
+def test_a_check_leaves_a_keeper_whose_server_forks_the_next_run_one_keeper_per_course_until_oomlab_stop(tmp_path, monkeypatch):
     from oomlab.measure import keeper
 
     script = write(tmp_path, TRAIN)
@@ -285,6 +292,18 @@ def test_a_check_leaves_a_keeper_whose_server_forks_the_next_run_one_keeper_per_
         assert not keeper.keep_warm(tmp_path, ""), "a second check starts no second keeper"
         second = subprocess.run([sys.executable, "-m", "oomlab.measure.keeper", str(tmp_path), ""], timeout=30)
         assert second.returncode == 0 and keeper_pid(tmp_path) == pid, "a keeper started beside it leaves at once"
+        # The measuring code changed since its server started: that server cannot serve, so the keeper is replaced.
+        monkeypatch.setattr(warm, "code_digest", lambda: "edited since")
+        assert keeper.keep_warm(tmp_path, ""), "a keeper whose server cannot serve is replaced"
+        deadline = time.monotonic() + 15
+        while not gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(pid), "the keeper of the old code stopped"
+        deadline = time.monotonic() + 15
+        while keeper_pid_or_none(tmp_path) in (None, pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = keeper_pid_or_none(tmp_path)
+        assert pid is not None and not gone(pid)
     finally:
         stopped = keeper.stop_keepers(tmp_path)
         deadline = time.monotonic() + 15

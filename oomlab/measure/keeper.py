@@ -19,7 +19,6 @@ itself stops.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import signal
@@ -57,13 +56,22 @@ def _locked(path: Path) -> bool:
 
 def keep_warm(root: Path, alloc_conf: str, env: dict | None = None) -> bool:
     """Mark the course's server as used now; start a keeper if none runs. True when this call started one."""
-    from oomlab.measure.warm import WarmServer
+    from oomlab.measure.warm import WarmServer, info_path
 
     lock, used = _files(root, alloc_conf)
     used.parent.mkdir(parents=True, exist_ok=True)
     used.touch()
-    if _locked(lock) or WarmServer.find(root, alloc_conf) is not None:  # a keeper's, or `oomlab watch`'s
+    if WarmServer.find(root, alloc_conf) is not None:  # a keeper's, or `oomlab watch`'s, ready to serve this check
         return False
+    if _locked(lock):
+        if not info_path(Path(root).resolve(), alloc_conf).is_file():
+            return False  # its server is still importing torch
+        # Its server is ready but cannot serve: the measuring code or the Python changed since it started. Every
+        # check would touch it and measure fresh beside it, so it is replaced.
+        _stop(lock)
+        deadline = time.monotonic() + 10
+        while _locked(lock) and time.monotonic() < deadline:
+            time.sleep(0.05)
     subprocess.Popen(
         [sys.executable, "-m", "oomlab.measure.keeper", str(Path(root).resolve()), alloc_conf],
         cwd=root,
@@ -80,14 +88,16 @@ def stop_keepers(root: Path) -> int:
     """Stop every keeper of the course at ``root`` (and so its server); how many were running."""
     from oomlab.measure.warm import info_path
 
-    stopped = 0
-    for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")):
-        if not _locked(lock):
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(lock.read_text(encoding="ascii").strip()), signal.SIGTERM)
-            stopped += 1
-    return stopped
+    return sum(_stop(lock) for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")) if _locked(lock))
+
+
+def _stop(lock: Path) -> bool:
+    """Ask the keeper holding ``lock`` to stop (it stops its server first); whether it could be asked."""
+    try:
+        os.kill(int(lock.read_text(encoding="ascii").strip()), signal.SIGTERM)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def main(root: str, alloc_conf: str, idle_s: float = IDLE_S) -> int:
