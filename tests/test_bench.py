@@ -249,3 +249,20 @@ def test_a_learners_check_is_the_one_after_the_first_where_that_was_timed_and_a_
     (line,) = check_time_row(replace(ex, long_check="It trains for an hour."), Reports([ex], speed={"exercises": [first_only]}))
     assert "18.0 s" in line and "Longer than most: It trains for an hour." in line
     assert check_time_row(ex, Reports([ex], speed={"exercises": []})) == []
+
+
+def test_check_times_are_first_checks_in_fresh_processes_then_checks_forked_from_the_server_the_last_one_left(
+    monkeypatch, tmp_path
+):
+    import oomlab.bench as bench
+    from oomlab.measure import keeper
+
+    calls, found, stopped = [], iter([None, None, object()]), []
+    monkeypatch.setattr(bench, "timed", lambda args, cwd, env: calls.append(args[4:]) or float(len(calls)))
+    monkeypatch.setattr(bench.warm.WarmServer, "find", lambda root, conf: next(found))
+    monkeypatch.setattr(bench.time, "sleep", lambda s: None)
+    monkeypatch.setattr(keeper, "stop_keepers", lambda root: stopped.append(root))
+    ex = type("Ex", (), {"id": "eval-graphs", "alloc_conf": ""})()
+    cold, kept = bench.check_times(tmp_path, ex, 3, {})
+    assert calls == [["--no-keep-warm", "eval-graphs"]] * 2 + [["--keep-warm", "eval-graphs"]] * 4
+    assert (cold, kept) == ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) and stopped == [tmp_path], "the keeper is stopped after"

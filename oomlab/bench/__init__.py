@@ -134,18 +134,24 @@ def watch_rechecks(root: Path, ex, repeat: int, env: dict) -> list[float]:
             proc.wait()
 
 
-def kept_checks(root: Path, ex, repeat: int, env: dict) -> list[float]:
-    """Seconds of ``oomlab check`` after a first one, whose keeper's server is ready by then (a learner edits meanwhile)."""
+def check_times(root: Path, ex, repeat: int, env: dict) -> tuple[list[float], list[float]]:
+    """Seconds of ``oomlab check``: ``repeat`` first checks of a sitting, each a fresh process, then ``repeat`` checks
+    after them, forked from the server the last first check left (ready by then: a learner edits meanwhile).
+
+    The reference is not measured apart: where it is not cached yet, the first check measures it too, and the
+    median of the first checks (``repeat`` is 3 or more) leaves that one out.
+    """
     from oomlab.measure.keeper import stop_keepers
 
     try:
-        timed(oomlab("check", "--keep-warm", ex.id), root, env)  # the first check of a sitting: it leaves a keeper
+        cold = [timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat - 1)]
+        cold.append(timed(oomlab("check", "--keep-warm", ex.id), root, env))  # leaves a keeper, after its verdict
         deadline = time.perf_counter() + warm.READY_TIMEOUT_S
         while warm.WarmServer.find(root, ex.alloc_conf) is None:
             if time.perf_counter() > deadline:
                 raise OomLabError(f"`oomlab check {ex.id}` left no warm server that got ready.", "Run it by hand to see why.")
             time.sleep(0.2)
-        return [timed(oomlab("check", "--keep-warm", ex.id), root, env) for _ in range(repeat)]
+        return cold, [timed(oomlab("check", "--keep-warm", ex.id), root, env) for _ in range(repeat)]
     finally:
         stop_keepers(root)
 
@@ -183,9 +189,8 @@ def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None], che
         try:
             learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
             note(f"{ex.id}: checks of the reference fix")
-            timed(oomlab("check", "--no-keep-warm", ex.id), root, env)  # measures and caches the reference
-            row["check_cold_s"] = median([timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat)])
-            row["check_kept_s"] = median(kept_checks(root, ex, repeat, env))
+            cold, kept = check_times(root, ex, repeat, env)
+            row["check_cold_s"], row["check_kept_s"] = median(cold), median(kept)
         finally:
             learner.write_text(shipped, encoding="utf-8")
         return row
@@ -197,9 +202,8 @@ def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None], che
         learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
         note(f"{ex.id}: plain runs and checks of the reference fix")
         row["plain_s"] = median([timed([sys.executable, ex.file], learner.parent, env) for _ in range(repeat)])
-        timed(oomlab("check", "--no-keep-warm", ex.id), root, env)  # measures and caches the reference
-        row["check_cold_s"] = median([timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat)])
-        row["check_kept_s"] = median(kept_checks(root, ex, repeat, env))
+        cold, kept = check_times(root, ex, repeat, env)
+        row["check_cold_s"], row["check_kept_s"] = median(cold), median(kept)
         note(f"{ex.id}: re-checks under watch")
         row["recheck_warm_s"] = median(watch_rechecks(root, ex, repeat, env))
     finally:
