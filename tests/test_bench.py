@@ -259,10 +259,23 @@ def test_check_times_are_first_checks_in_fresh_processes_then_checks_forked_from
 
     calls, found, stopped = [], iter([None, None, object()]), []
     monkeypatch.setattr(bench, "timed", lambda args, cwd, env: calls.append(args[4:]) or float(len(calls)))
-    monkeypatch.setattr(bench.warm.WarmServer, "find", lambda root, conf: next(found))
+    asked = []
+    monkeypatch.setattr(
+        bench.warm.WarmServer, "find", lambda root, conf: asked.append(conf) or next(found)
+    )  # ready at the third look
     monkeypatch.setattr(bench.time, "sleep", lambda s: None)
     monkeypatch.setattr(keeper, "stop_keepers", lambda root: stopped.append(root))
-    ex = type("Ex", (), {"id": "eval-graphs", "alloc_conf": ""})()
+    ex = type("Ex", (), {"id": "eval-graphs", "alloc_conf": "", "file": "train.py"})()
+    (tmp_path / "exercises" / ex.id).mkdir(parents=True)
+    (tmp_path / "exercises" / ex.id / "train.py").write_text("import torch\n", encoding="utf-8")
     cold, kept = bench.check_times(tmp_path, ex, 3, {})
     assert calls == [["--no-keep-warm", "eval-graphs"]] * 2 + [["--keep-warm", "eval-graphs"]] * 4
     assert (cold, kept) == ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) and stopped == [tmp_path], "the keeper is stopped after"
+    assert asked == ["", "", ""]
+
+    # A fix that sets its own allocator settings at its top runs with them: the kept server is the one for those.
+    script = 'import os\nos.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"\nimport torch\n'
+    (tmp_path / "exercises" / ex.id / "train.py").write_text(script, encoding="utf-8")
+    found, asked[:] = iter([object()]), []
+    bench.check_times(tmp_path, ex, 3, {})
+    assert asked == ["expandable_segments:True"]

@@ -451,3 +451,34 @@ def test_ids_and_commands_are_never_cut_or_run_together(root, columns):
     for command in (f"oomlab run {every[0]}", f"oomlab check {every[0]}", "oomlab watch"):
         line = next((line for line in lines if command in line), "")
         assert re.search(rf"{re.escape(command)}\s{{2,}}\S", line), (command, out)  # whole, then room, then its words
+
+
+@pytest.mark.parametrize(
+    "args,declared,kept",
+    [
+        (["--keep-warm"], False, ""),
+        (["--keep-warm"], True, "expandable_segments:True"),
+        ([], False, None),  # OOMLAB_KEEP_WARM=0 in the environment, as a learner's may say
+        (["--no-keep-warm"], False, None),
+    ],
+    ids=["manifest-settings", "script-sets-its-own", "env-says-no", "option-says-no"],
+)
+def test_a_check_keeps_a_server_warm_for_the_settings_its_run_started_with(root, monkeypatch, capsys, args, declared, kept):
+    from oomlab.cli import learner, main
+    from oomlab.grading.verdict import Report
+    from oomlab.measure import keeper
+    from oomlab.measure.harness import Measurement
+
+    monkeypatch.setenv("OOMLAB_KEEP_WARM", "0")
+    started = []
+    m = Measurement(script="train.py", status="ok", alloc_conf="expandable_segments:True" if declared else "")
+    m.alloc_conf_declared = declared
+    monkeypatch.setattr(learner, "grade_and_show", lambda ex, progress: Report(ex, m, None, []))
+    monkeypatch.setattr(learner, "has_nvidia_driver", lambda: True)
+    monkeypatch.setattr(keeper, "keep_warm", lambda root, conf: started.append(conf) or True)
+    with pytest.raises(SystemExit) as done:
+        main(["check", *args, "eval-graphs"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0, out
+    assert started == ([] if kept is None else [kept])
+    assert ("your next check costs the script, not the imports" in out) is (kept is not None), out

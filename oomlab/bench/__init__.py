@@ -141,13 +141,17 @@ def check_times(root: Path, ex, repeat: int, env: dict) -> tuple[list[float], li
     The reference is not measured apart: where it is not cached yet, the first check measures it too, and the
     median of the first checks (``repeat`` is 3 or more) leaves that one out.
     """
+    from oomlab.measure.declared import declared_alloc_conf
     from oomlab.measure.keeper import stop_keepers
 
+    # The server is kept for the settings the run starts with: the script's own where it sets them at its top.
+    conf = declared_alloc_conf((root / "exercises" / ex.id / ex.file).read_text(encoding="utf-8"))
+    conf = ex.alloc_conf if conf is None else conf
     try:
         cold = [timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat - 1)]
         cold.append(timed(oomlab("check", "--keep-warm", ex.id), root, env))  # leaves a keeper, after its verdict
         deadline = time.perf_counter() + warm.READY_TIMEOUT_S
-        while warm.WarmServer.find(root, ex.alloc_conf) is None:
+        while warm.WarmServer.find(root, conf) is None:
             if time.perf_counter() > deadline:
                 raise OomLabError(f"`oomlab check {ex.id}` left no warm server that got ready.", "Run it by hand to see why.")
             time.sleep(0.2)

@@ -245,7 +245,8 @@ def check(
         from oomlab.measure.keeper import IDLE_S
         from oomlab.measure.keeper import keep_warm as start_keeper
 
-        if start_keeper(ex.root, ex.alloc_conf):
+        m = report.measurement  # a script that sets its own allocator settings at its top ran with them
+        if start_keeper(ex.root, m.alloc_conf if m.alloc_conf_declared else ex.alloc_conf):
             console.print(
                 Text(
                     "A measuring server now keeps torch imported, so your next check costs the script, not the imports "
