@@ -114,6 +114,15 @@ def test_the_verify_row_says_how_near_its_floor_the_truth_check_ran():
     timed = verify_row(report, 50.0)
     assert (timed["verify_tasks_sum_s"], timed["verify_outside_runs_s"], timed["verify_slots_held"]) == (96.0, 53.0, 0.96)
     assert (timed["verify_first_start_s"], timed["verify_last_end_s"]) == (1.0, 45.0)
+    assert "verify_run_parts_s" not in timed, "no witness timed a part of a run"
+
+    # Where a run's task went: the witness saw each process start its script at ready_s and end at process_s.
+    ex = report["exercises"][0]
+    ex["cheats"][0].update(wall_s=1.0, witness={"ready_s": 0.5, "process_s": 3.0})  # its task: 5 to 45 s
+    ex["solution"]["witness"] = {"ready_s": 0.5, "process_s": 5.0}  # its task: 12 to 22 s, its script 4 s
+    parts = verify_row(report, 50.0)["verify_run_parts_s"]
+    # starts 0.5 and 0.5; scripts 1 and 4; ends 3 - 0.5 - 1 and 5 - 0.5 - 4; the parent's 40 - 3 and 10 - 5
+    assert parts == {"start": 0.5, "script": 2.5, "end": 1.0, "parent": 21.0}
 
 
 # --------------------------------------------------------------------------- the tools' own costs on the site
@@ -223,7 +232,10 @@ def test_the_measurements_page_says_how_the_truth_checks_slots_were_spent_only_w
     assert "1.67 times that" in plain and "slots' time" not in plain
     timed = {**sitting, "verify_slots_held": 0.96, "verify_outside_runs_s": 53.0, "verify_first_start_s": 1.0}
     text = "\n".join(speed_section(timed, {"runs": 8}))
-    assert "held 96% of the slots' time; 53.0 s" in text and "began 1.0 s in" in text
+    assert "held 96% of the slots' time; 53.0 s" in text and "began 1.0 s in" in text and "A typical run" not in text
+    parts = {"start": 0.5, "script": 2.5, "end": 1.0, "parent": 21.0}
+    text = "\n".join(speed_section({**timed, "verify_run_parts_s": parts}, {"runs": 8}))
+    assert "0.5 s from its process's start to its script's, 2.5 s of script, 1.0 s from the script's end" in text
 
 
 def test_a_learners_check_is_the_one_after_the_first_where_that_was_timed_and_a_long_one_must_say_why():

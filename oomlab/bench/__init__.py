@@ -348,6 +348,8 @@ def verify_row(report: dict, wall_s: float) -> dict:
             "verify_first_start_s": round(min(start for start, _ in spans), 1),
             "verify_last_end_s": round(max(end for _, end in spans), 1),
         }
+    if parts := run_parts(report):
+        tasks["verify_run_parts_s"] = parts
     return {
         "verify_wall_s": round(wall_s, 1),
         "verify_runs": report["runs"],
@@ -359,6 +361,25 @@ def verify_row(report: dict, wall_s: float) -> dict:
         "verify_vs_floor": round(wall_s / floor, 2) if floor else None,
         **tasks,
     }
+
+
+def run_parts(report: dict) -> dict:
+    """Where a typical run's task went, the median of each part over the runs whose witness timed it: ``start``, from
+    the measured process's start to its script's (forking, CUDA, the budget, the sandbox); ``script``, its own run;
+    ``end``, from the script's end to the process's (the figures, the weights file, CUDA's teardown); ``parent``,
+    the rest of its task (asking the server, collecting the result and the weights, grading)."""
+    parts: dict[str, list[float]] = {"start": [], "script": [], "end": [], "parent": []}
+    for row in report["exercises"]:
+        for run in all_runs(row):
+            w = run.get("witness") or {}
+            if None in (w.get("ready_s"), w.get("process_s"), run.get("wall_s"), run.get("task_s")):
+                continue
+            start, end = run["task_s"]
+            parts["start"].append(w["ready_s"])
+            parts["script"].append(run["wall_s"])
+            parts["end"].append(w["process_s"] - w["ready_s"] - run["wall_s"])
+            parts["parent"].append(end - start - w["process_s"])
+    return {k: median(v) for k, v in parts.items()} if parts["start"] else {}
 
 
 def targets(report: dict) -> dict:

@@ -188,6 +188,13 @@ def speed_section(report: dict | None, verify: dict | None) -> list[str]:
                 f"began {report['verify_first_start_s']} s in (the warm servers importing torch)."
                 if report.get("verify_slots_held") is not None
                 else ""
+            )
+            + (
+                " A typical run (the median of each part): {start} s from its process's start to its script's, "
+                "{script} s of script, {end} s from the script's end to the process's, and {parent} s in the grader "
+                "around it.".format(**report["verify_run_parts_s"])
+                if report.get("verify_run_parts_s")
+                else ""
             ),
         ]
         verify = verify or {}
