@@ -38,6 +38,7 @@ from oomlab.grading.checks import ALWAYS, CHECKS, CheckResult
 from oomlab.grading.truth import source_digest
 from oomlab.grading.verdict import Report
 from oomlab.measure.harness import Measurement
+from tests.nbgrader_commands import nbgrader_commands
 
 REPO = Path(__file__).resolve().parents[1]
 COURSE = Course(REPO, working_tree=True)  # what `oomlab nbgrader build` and the student wheel are made from
@@ -234,15 +235,7 @@ def test_plain_nbgrader_autograde_without_a_gpu_stops_before_the_gradebook(class
     folder = class_folder / "submitted" / "ada" / "production"
     folder.mkdir(parents=True)
     shutil.copy(class_folder / "source" / "production" / "inference-worker.ipynb", folder)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "autograde", "production"],
-        cwd=class_folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = nbgrader_commands.run(["autograde", "production"], class_folder, {**os.environ, "CUDA_VISIBLE_DEVICES": ""}, 300)
     out = " ".join((done.stdout + done.stderr).split())
     assert done.returncode != 0, out
     assert "nbgrader autograde stopped before grading anyone" in out and "the gradebook is as it was" in out, out
@@ -666,9 +659,7 @@ def test_zip_collect_takes_student_dash_dash_notebook_files_as_the_config_says(t
     shutil.copy(notebook, archive / "ada--feature-cache.ipynb")
     with zipfile.ZipFile(archive / "bo.zip", "w") as zf:
         zf.write(notebook, "bo--feature-cache.ipynb")
-    done = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "zip_collect", "snapshot"], cwd=root, capture_output=True, text=True, timeout=300
-    )
+    done = nbgrader_commands.run(["zip_collect", "snapshot"], root, dict(os.environ), 300)
     assert done.returncode == 0, done.stdout + done.stderr
     for student in ("ada", "bo"):
         assert (root / "submitted" / student / "snapshot" / "feature-cache.ipynb").read_bytes() == notebook.read_bytes()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -27,6 +26,7 @@ from oomlab.classroom.preprocessors import script_of
 from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks, script_name
 from oomlab.course import Course
 from oomlab.grading.pytest_plugin import cuda_available
+from tests.nbgrader_commands import nbgrader_commands
 
 pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
 
@@ -36,9 +36,7 @@ GPU = cuda_available()
 
 
 def nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args], cwd=root, capture_output=True, text=True, env=nbgrader_env(), timeout=600
-    )
+    done = nbgrader_commands.run(list(args), root, nbgrader_env())  # a process of its own, nbgrader imported once
     assert done.returncode == 0 and "ERROR" not in done.stdout + done.stderr, done.stdout + done.stderr
     return done
 
