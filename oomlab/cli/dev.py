@@ -402,17 +402,9 @@ def bench(
             write_atomic(path, json.dumps(report, indent=2) + "\n")
     if report is None:
         raise OomLabError("Nothing was timed.", "Leave out --no-exercises, --no-scripts or --no-verify.")
-    keys = (
-        "plain_s",
-        "check_cold_s",
-        "check_kept_s",
-        "recheck_warm_s",
-        "plain_bug_s",
-        "snapshot_s",
-        "hunt_s",
-        "profile_s",
-        "diagnose_s",
-    )
+    from oomlab.site.measurements_page import SPEED_COLUMNS  # the columns the measurements page shows, in its order
+
+    keys = [key for key, _ in SPEED_COLUMNS]
     table = Table(header_style="bold", title=f"seconds on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in ("exercise or script", *keys):
         table.add_column(col.removesuffix("_s"))
