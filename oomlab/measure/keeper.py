@@ -54,8 +54,10 @@ def _locked(path: Path) -> bool:
         os.close(fd)
 
 
-def keep_warm(root: Path, alloc_conf: str, env: dict | None = None) -> bool:
-    """Mark the course's server as used now; start a keeper if none runs. True when this call started one."""
+def keep_warm(root: Path, alloc_conf: str) -> bool:
+    """Mark the course's server as used now; start a keeper if none runs. True when this call started one.
+
+    The keeper gets this process's environment: its server serves runs whose environment is the same."""
     from oomlab.measure.warm import WarmServer, info_path
 
     lock, used = _files(root, alloc_conf)
@@ -75,7 +77,6 @@ def keep_warm(root: Path, alloc_conf: str, env: dict | None = None) -> bool:
     subprocess.Popen(
         [sys.executable, "-m", "oomlab.measure.keeper", str(Path(root).resolve()), alloc_conf],
         cwd=root,
-        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
