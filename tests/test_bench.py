@@ -64,6 +64,76 @@ def test_a_script_row_counts_towards_the_diagnose_target_and_scripts_merge_like_
     assert [r["id"] for r in again["exercises"]] == ["a"]
 
 
+def test_a_checks_only_sitting_caches_every_reference_then_times_first_checks_with_no_server_then_kept_ones(
+    monkeypatch, tmp_path
+):
+    import oomlab.bench as bench
+    from oomlab.measure import keeper
+
+    servers: set[str] = set()  # the allocator settings whose server a keeper holds
+    calls: list[tuple[str, str]] = []
+
+    def timed(args, cwd, env):
+        option, ex_id = args[4:]
+        assert option == "--keep-warm" or not servers, "a first check is timed with no server anywhere"
+        calls.append((option, ex_id))
+        if option == "--keep-warm":
+            servers.add(by_id[ex_id].conf)
+        return 2.0 if servers else 10.0
+
+    monkeypatch.setattr(bench, "timed", timed)
+    monkeypatch.setattr(bench.warm.WarmServer, "find", lambda root, conf: conf in servers or None)
+    monkeypatch.setattr(keeper, "stop_keepers", lambda root: servers.clear())
+    exercises = []
+    for ex_id, conf in (("a", ""), ("b", ""), ("c", "expandable_segments:True")):
+        folder = tmp_path / "exercises" / ex_id
+        folder.mkdir(parents=True)
+        (folder / "train.py").write_text(f"# the bug of {ex_id}\n", encoding="utf-8")
+        (tmp_path / f"{ex_id}-fix.py").write_text(f"# the fix of {ex_id}\n", encoding="utf-8")
+        exercises.append(
+            type(
+                "Ex",
+                (),
+                {
+                    "id": ex_id,
+                    "alloc_conf": conf,
+                    "conf": conf,
+                    "file": "train.py",
+                    "budget_bytes": 1,
+                    "long_check": "",
+                    "solution_path": tmp_path / f"{ex_id}-fix.py",
+                },
+            )()
+        )
+    by_id = {ex.id: ex for ex in exercises}
+    rows = list(bench.checks_sitting(tmp_path, exercises, 3, lambda _: None))
+
+    assert sorted(calls[:3]) == [("--no-keep-warm", i) for i in "abc"], "every reference is cached first"
+    assert calls[3:6] == [("--no-keep-warm", i) for i in "abc"], "then one first check each"
+    assert calls[6:] == [("--keep-warm", "a")] * 4 + [("--keep-warm", "b")] * 3 + [("--keep-warm", "c")] * 4
+    assert [r["id"] for r in rows] == list("abcabc")
+    assert rows[-1] == {"id": "c", "budget_bytes": 1, "says_why": False, "check_cold_s": 10.0, "check_kept_s": 2.0}
+    assert not servers, "the keepers are stopped after"
+    assert all((tmp_path / "exercises" / i / "train.py").read_text() == f"# the bug of {i}\n" for i in "abc")
+
+
+def test_a_checks_only_row_leaves_the_exercises_other_figures_and_the_latest_timing_of_a_check_counts():
+    from oomlab.bench import check_rows
+    from oomlab.site.measurements_page import check_table
+
+    whole = {**row("a", "2026-12-01"), "check_cold_s": 7.6}
+    merged = merge(
+        {"exercises": [whole]},
+        {"created": "2026-12-04", "checks": [{"id": "a", "created": "2026-12-04", "check_cold_s": 16.0, "check_kept_s": 20.5}]},
+    )
+    assert merged["exercises"] == [whole], "the whole sitting's figures stay"
+    assert check_rows(merged)["a"]["check_kept_s"] == 20.5 and merged["targets"]["check_under_15_s"] is False
+    later = merge(merged, {"created": "2026-12-05", "exercises": [{**whole, "created": "2026-12-05", "check_kept_s": 3.0}]})
+    assert check_rows(later)["a"]["check_kept_s"] == 3.0 and later["targets"]["check_under_15_s"] is True
+    (line,) = [line for line in check_table(merged) if line.startswith("| a |")]
+    assert "| 16.0 | 20.5 |" in line and "2026-12-04" in line
+
+
 def test_a_checks_only_row_counts_towards_the_check_target_alone():
     merged = merge(
         {"exercises": [row("a", "monday")]}, {"created": "tuesday", "exercises": [{"id": "slow", "check_cold_s": 34.2}]}
@@ -291,3 +361,29 @@ def test_check_times_are_first_checks_in_fresh_processes_then_checks_forked_from
     found, asked[:] = iter([object()]), []
     bench.check_times(tmp_path, ex, 3, {})
     assert asked == ["expandable_segments:True"]
+
+
+def test_oomlab_dev_bench_prints_its_table_where_mkdocs_is_not_installed(tmp_path):
+    """The GPU machine that runs the bench has no site toolchain: the bench's command must not need it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    program = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["mkdocs"] = None  # `import mkdocs` now fails, as where it is not installed
+        import oomlab.bench
+        sitting = {{"gpu": "G", "torch": "T", "created": "today", "repeat": 3}}
+        row = {{"id": "eval-graphs", "check_cold_s": 12.5, "check_kept_s": 2.9, **sitting}}
+        oomlab.bench.bench = lambda *args, **kwargs: iter([{{**sitting, "exercises": [row]}}])
+        from oomlab.cli import app
+        sys.argv = ["oomlab", "dev", "bench", "--checks-only", "--no-scripts", "--no-verify", "--json", {str(tmp_path / "speed.json")!r}]
+        app()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "200"}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "eval-graphs" in done.stdout and "2.90" in done.stdout and "12.50" in done.stdout

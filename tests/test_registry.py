@@ -22,13 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_list_of_tools_names_every_tool_of_the_registry():
     pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")  # the site's pages
-    from oomlab.site.measurements_page import SPEED_COLUMNS
+    from oomlab.bench import SPEED_COLUMNS
 
     names = [s.name for s in STEPS]
     assert all(s.probe in PRELOAD for s in STEPS), "the measuring child imports every tool's probe before the script"
     assert [t for t in TOOLS if t != "diagnose"] == names, f"bench TOOLS is {TOOLS}: it times each step, then diagnose"
     columns = [key.removesuffix("_s") for key, _ in SPEED_COLUMNS]
-    assert all(name in columns for name in names), f"SPEED_COLUMNS in site/measurements_page.py shows {columns}: not every step"
+    assert all(name in columns for name in names), f"SPEED_COLUMNS in bench/__init__.py shows {columns}: not every step"
     for name in names:
         assert (REPO / "oomlab" / "tools" / name / "probe.py").is_file(), f"step {name} has no oomlab/tools/{name}/probe.py"
 

@@ -10,7 +10,9 @@ init`` (the learner's view: solutions in the package, references cached under
 - ``check_cold_s``: ``oomlab check ID`` on that file, reference cached, no server
   (``--no-keep-warm``): the first check of a sitting;
 - ``check_kept_s``: ``oomlab check ID`` once the server that a first check
-  leaves (:mod:`oomlab.measure.keeper`) is ready: every check after the first;
+  leaves (:mod:`oomlab.measure.keeper`) is ready: every check after the first
+  (``--checks-only`` times these alone, and the first check once:
+  :func:`checks_sitting`);
 - ``recheck_warm_s``: under ``oomlab watch ID``, from a save to the verdict;
 - ``plain_bug_s``: ``python train.py`` as shipped, uncapped;
 - ``snapshot_s``, ``hunt_s``, ``profile_s``, ``diagnose_s``: each tool on the
@@ -59,8 +61,33 @@ from oomlab.measure.harness import child_env
 from oomlab.steps import STEPS
 
 TOOLS = (*(s.name for s in STEPS), "diagnose")  # each step's tool (oomlab/steps.py), then diagnose, which runs them all
-ROWS = ("exercises", "scripts")  # the kinds of row a report holds, each merged by id
+# The kinds of row a report holds, each merged by id: an exercise's every figure from one sitting, a script's, and an
+# exercise's checks alone (``--checks-only``), which leave the rest of its figures where they were.
+ROWS = ("exercises", "scripts", "checks")
 VERDICTS = ("passes.", "does not pass yet.")
+
+
+# The figures of an exercise's row, as the measurements page and `oomlab dev bench` show them, in that order.
+SPEED_COLUMNS = (  # (speed.json key, column heading)
+    ("plain_s", "`python train.py` (fix)"),
+    ("check_cold_s", "`oomlab check`, the first"),
+    ("check_kept_s", "`oomlab check`, later"),
+    ("recheck_warm_s", "re-check under `watch`"),
+    ("plain_bug_s", "`python train.py` (bug)"),
+    *((f"{s.name}_s", f"`{s.name}`") for s in STEPS),  # each step's tool, from the registry (oomlab/steps.py)
+    ("diagnose_s", "`diagnose`"),
+)
+TARGETS = {  # what each of targets() says is met, in words
+    "recheck_warm_under_2_s": "a re-check under `watch` takes under 2 s",
+    "check_cold_within_plain_plus_1_5_s": "`oomlab check` takes at most 1.5 s more than `python train.py`",
+    "diagnose_within_2x_plain": "`diagnose` takes at most twice the plain run",
+    "verify_within_1_2x_floor": "the whole `oomlab dev verify` takes at most 1.2 times its floor, "
+    "max(longest run, sum of runs / runs at a time)",
+    "check_under_15_s": "`oomlab check` of each timed exercise takes at most 15 s, the reference cached: a check "
+    "after the first of a sitting, whose kept server forks it, where one was timed "
+    "(an exercise that takes longer says why on its page)",
+    "class_of_50_under_5_min": "a class of 50 is graded in under 5 minutes",
+}
 
 
 def _env(alloc_conf: str) -> dict:
@@ -134,6 +161,24 @@ def watch_rechecks(root: Path, ex, repeat: int, env: dict) -> list[float]:
             proc.wait()
 
 
+def kept_conf(root: Path, ex) -> str:
+    """The allocator settings whose server a check of ``ex`` keeps: the learner's file's own where it sets them at
+    its top (the run starts with those), else the manifest's."""
+    from oomlab.measure.declared import declared_alloc_conf
+
+    conf = declared_alloc_conf((root / "exercises" / ex.id / ex.file).read_text(encoding="utf-8"))
+    return ex.alloc_conf if conf is None else conf
+
+
+def await_server(root: Path, conf: str, ex) -> None:
+    """Wait until the server a check of ``ex`` left is ready (a learner edits meanwhile)."""
+    deadline = time.perf_counter() + warm.READY_TIMEOUT_S
+    while warm.WarmServer.find(root, conf) is None:
+        if time.perf_counter() > deadline:
+            raise OomLabError(f"`oomlab check {ex.id}` left no warm server that got ready.", "Run it by hand to see why.")
+        time.sleep(0.2)
+
+
 def check_times(root: Path, ex, repeat: int, env: dict) -> tuple[list[float], list[float]]:
     """Seconds of ``oomlab check``: ``repeat`` first checks of a sitting, each a fresh process, then ``repeat`` checks
     after them, forked from the server the last first check left (ready by then: a learner edits meanwhile).
@@ -141,29 +186,91 @@ def check_times(root: Path, ex, repeat: int, env: dict) -> tuple[list[float], li
     The reference is not measured apart: where it is not cached yet, the first check measures it too, and the
     median of the first checks (``repeat`` is 3 or more) leaves that one out.
     """
-    from oomlab.measure.declared import declared_alloc_conf
     from oomlab.measure.keeper import stop_keepers
 
-    # The server is kept for the settings the run starts with: the script's own where it sets them at its top.
-    conf = declared_alloc_conf((root / "exercises" / ex.id / ex.file).read_text(encoding="utf-8"))
-    conf = ex.alloc_conf if conf is None else conf
+    conf = kept_conf(root, ex)
     try:
         cold = [timed(oomlab("check", "--no-keep-warm", ex.id), root, env) for _ in range(repeat - 1)]
         cold.append(timed(oomlab("check", "--keep-warm", ex.id), root, env))  # leaves a keeper, after its verdict
-        deadline = time.perf_counter() + warm.READY_TIMEOUT_S
-        while warm.WarmServer.find(root, conf) is None:
-            if time.perf_counter() > deadline:
-                raise OomLabError(f"`oomlab check {ex.id}` left no warm server that got ready.", "Run it by hand to see why.")
-            time.sleep(0.2)
+        await_server(root, conf, ex)
         return cold, [timed(oomlab("check", "--keep-warm", ex.id), root, env) for _ in range(repeat)]
     finally:
         stop_keepers(root)
+
+
+def row_of(ex) -> dict:
+    """An exercise's row before its figures; ``says_why``: its page says why its check takes longer than
+    ``CHECK_WAIT_S`` (the manifest's ``long_check``)."""
+    return {"id": ex.id, "budget_bytes": ex.budget_bytes, "says_why": bool(ex.long_check)}
+
+
+PRIME_JOBS = 8  # references measured at once before a checks-only sitting times anything
+
+
+def checks_sitting(root: Path, exercises: list, repeat: int, note: Callable[[str], None]) -> Iterator[dict]:
+    """The checks of many exercises' reference fixes in one sitting, in minutes of GPU time rather than an hour.
+
+    1. Every reference fix becomes its learner's file, and every reference is measured and cached by an
+       untimed check, ``PRIME_JOBS`` at once: a learner's reference is measured once, at their first check ever.
+    2. Each exercise's first check of a sitting (``check_cold_s``), once, with no server anywhere: a sitting has
+       one, and a server started for one exercise would serve the next.
+    3. For each allocator setting, one untimed check leaves a keeper; once its server is ready, each exercise's
+       check ``repeat`` times, forked from it (``check_kept_s``): what a learner waits for at every other check.
+
+    Yields a row per exercise after step 2, then again, whole, after step 3: a ``checks`` row, which leaves the
+    exercise's other figures (``exercises``) as they were.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oomlab.measure.keeper import stop_keepers
+
+    learners = {ex.id: root / "exercises" / ex.id / ex.file for ex in exercises}
+    shipped = {ex.id: learners[ex.id].read_text(encoding="utf-8") for ex in exercises}
+    envs = {ex.id: _env(ex.alloc_conf) for ex in exercises}
+    rows = {ex.id: row_of(ex) for ex in exercises}
+    try:
+        for ex in exercises:
+            learners[ex.id].write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
+        note(f"measuring {len(exercises)} references, {PRIME_JOBS} at a time")
+        with ThreadPoolExecutor(PRIME_JOBS) as pool:
+            list(pool.map(lambda ex: timed(oomlab("check", "--no-keep-warm", ex.id), root, envs[ex.id]), exercises))
+        for ex in exercises:
+            note(f"{ex.id}: the first check of a sitting")
+            rows[ex.id]["check_cold_s"] = round(timed(oomlab("check", "--no-keep-warm", ex.id), root, envs[ex.id]), 2)
+            yield rows[ex.id]
+        kept: set[str] = set()
+        for ex in exercises:
+            if (conf := kept_conf(root, ex)) not in kept:
+                note(f"{ex.id}: a check that leaves a warm server")
+                timed(oomlab("check", "--keep-warm", ex.id), root, envs[ex.id])
+                await_server(root, conf, ex)
+                kept.add(conf)
+            note(f"{ex.id}: checks forked from the kept server")
+            rows[ex.id]["check_kept_s"] = median(
+                [timed(oomlab("check", "--keep-warm", ex.id), root, envs[ex.id]) for _ in range(repeat)]
+            )
+            yield rows[ex.id]
+    finally:
+        stop_keepers(root)
+        for ex in exercises:
+            learners[ex.id].write_text(shipped[ex.id], encoding="utf-8")
 
 
 def learner_check_s(row: dict) -> float | None:
     """What a learner waits for at ``oomlab check`` of an exercise, its reference cached: a check after the first of
     a sitting (``check_kept_s``) where one was timed, else a first one (``check_cold_s``)."""
     return row.get("check_kept_s", row.get("check_cold_s"))
+
+
+def check_rows(report: dict) -> dict[str, dict]:
+    """By exercise, the row with its latest timing of ``oomlab check``: a checks-only sitting's, or a whole one's."""
+    latest: dict[str, dict] = {}
+    for row in [*report.get("exercises", []), *report.get("checks", [])]:
+        if learner_check_s(row) is None:
+            continue
+        if row["id"] not in latest or str(row.get("created", "")) >= str(latest[row["id"]].get("created", "")):
+            latest[row["id"]] = row
+    return latest
 
 
 def tool_runs(target: list[str], cwd: Path, env: dict, repeat: int, out: Path) -> dict:
@@ -182,22 +289,12 @@ def tool_runs(target: list[str], cwd: Path, env: dict, repeat: int, out: Path) -
     return row
 
 
-def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None], checks_only: bool = False) -> dict:
-    """One exercise's row; ``checks_only``: only ``oomlab check`` of the reference fix, the reference cached."""
+def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None]) -> dict:
+    """One exercise's row: the tools on its shipped script, then plain runs, checks and re-checks of its reference fix."""
     env = _env(ex.alloc_conf)
     learner = root / "exercises" / ex.id / ex.file
     shipped = learner.read_text(encoding="utf-8")
-    # says_why: its page says why its check takes longer than CHECK_WAIT_S (the manifest's long_check)
-    row: dict = {"id": ex.id, "budget_bytes": ex.budget_bytes, "says_why": bool(ex.long_check)}
-    if checks_only:
-        try:
-            learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
-            note(f"{ex.id}: checks of the reference fix")
-            cold, kept = check_times(root, ex, repeat, env)
-            row["check_cold_s"], row["check_kept_s"] = median(cold), median(kept)
-        finally:
-            learner.write_text(shipped, encoding="utf-8")
-        return row
+    row = row_of(ex)
     try:
         note(f"{ex.id}: the tools on the shipped script")
         row["plain_bug_s"] = median([timed([sys.executable, ex.file], learner.parent, env, ok=(0, 1)) for _ in range(repeat)])
@@ -267,8 +364,13 @@ def bench(
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "repeat": repeat,
         }
-        for ex in ([course.get(i) for i in only] if only else course.exercises) if exercises else []:
-            yield {**sitting, "exercises": [{**bench_exercise(root, ex, repeat, note, checks_only), **sitting}]}
+        chosen = ([course.get(i) for i in only] if only else course.exercises) if exercises else []
+        if checks_only:
+            for row in checks_sitting(root, chosen, repeat, note):
+                yield {**sitting, "checks": [{**row, **sitting}]}
+        else:
+            for ex in chosen:
+                yield {**sitting, "exercises": [{**bench_exercise(root, ex, repeat, note), **sitting}]}
         for script in SCRIPTS if scripts else ():
             yield {**sitting, "scripts": [{**bench_script(script, folder / "scripts", repeat, note), **sitting}]}
         if verify:
@@ -394,7 +496,7 @@ def targets(report: dict) -> dict:
     }
     if report.get("verify_vs_floor") is not None:
         met["verify_within_1_2x_floor"] = report["verify_vs_floor"] <= 1.2
-    if checked := [r for r in rows if learner_check_s(r) is not None]:
+    if checked := check_rows(report).values():
         met["check_under_15_s"] = all(learner_check_s(r) <= CHECK_WAIT_S or r.get("says_why") for r in checked)
     if "class" in report:
         c = report["class"]

@@ -375,8 +375,8 @@ def bench(
 
     The figures are merged into the report row by row, as each is measured: a sitting cut short keeps its rows.
     """
+    from oomlab.bench import ROWS, SPEED_COLUMNS, merge  # SPEED_COLUMNS: the columns the measurements page shows, in its order
     from oomlab.bench import bench as run_bench
-    from oomlab.bench import merge
 
     course = Course(working_tree=True)
     path = json_path or course.root / reports.SPEED
@@ -402,14 +402,15 @@ def bench(
             write_atomic(path, json.dumps(report, indent=2) + "\n")
     if report is None:
         raise OomLabError("Nothing was timed.", "Leave out --no-exercises, --no-scripts or --no-verify.")
-    from oomlab.site.measurements_page import SPEED_COLUMNS  # the columns the measurements page shows, in its order
 
     keys = [key for key, _ in SPEED_COLUMNS]
     table = Table(header_style="bold", title=f"seconds on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in ("exercise or script", *keys):
         table.add_column(col.removesuffix("_s"))
-    for row in report["exercises"] + report["scripts"]:
-        table.add_row(row["id"], *(f"{row[k]:.2f}" if k in row else "" for k in keys))
+    for kind in ROWS:
+        for row in report[kind]:
+            name = f"{row['id']} (checks only)" if kind == "checks" else row["id"]
+            table.add_row(name, *(f"{row[k]:.2f}" if k in row else "" for k in keys))
     console.print(table)
     if "verify_wall_s" in report:
         console.print(

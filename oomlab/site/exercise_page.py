@@ -196,11 +196,11 @@ def profile_legend(page_src_uri: str, reports: Reports) -> list[str]:
 
 def check_time_row(ex: Exercise, reports: Reports) -> list[str]:
     """How long `oomlab check` of the fix takes, where ``oomlab dev bench`` timed it; and why, where it is long."""
-    from oomlab.bench import learner_check_s
+    from oomlab.bench import check_rows, learner_check_s
 
-    row = next((r for r in (reports.speed or {}).get("exercises", []) if r.get("id") == ex.id), None)
+    row = check_rows(reports.speed or {}).get(ex.id)
     seconds = learner_check_s(row or {})
-    if not isinstance(seconds, (int, float)):
+    if row is None or not isinstance(seconds, (int, float)):
         return []
     first = row.get("check_cold_s") if "check_kept_s" in row else None
     text = (

@@ -10,6 +10,7 @@ its section saying which command writes it.
 
 from __future__ import annotations
 
+from oomlab.bench import SPEED_COLUMNS, TARGETS, check_rows
 from oomlab.measure.stats import FIGURES as STAT_FIGURES
 from oomlab.site.markdown import FRONT_MATTER, cell
 from oomlab.site.measured_runs import RUN_HEADER, budget, expectation_notes, run_row, runs, staleness, upper_first
@@ -17,9 +18,9 @@ from oomlab.site.module_pages import page_uri
 from oomlab.site.reports import EQUIVALENCE_JSON, SPEED_JSON, VERIFY_JSON, Reports, measured_date, measured_on
 from oomlab.site.tool_costs import big_snapshot_section, oom_hook_section
 from oomlab.site.witness_section import witness_section
-from oomlab.steps import STEPS, step
+from oomlab.steps import step
 
-__all__ = ["SPEED_COLUMNS", "TARGETS", "measurements_page"]
+__all__ = ["measurements_page"]
 
 
 def measurements_page(reports: Reports) -> str:
@@ -110,28 +111,6 @@ def equivalence_section(report: dict | None) -> list[str]:
     return md
 
 
-SPEED_COLUMNS = (  # (speed.json key, column heading)
-    ("plain_s", "`python train.py` (fix)"),
-    ("check_cold_s", "`oomlab check`, the first"),
-    ("check_kept_s", "`oomlab check`, later"),
-    ("recheck_warm_s", "re-check under `watch`"),
-    ("plain_bug_s", "`python train.py` (bug)"),
-    *((f"{s.name}_s", f"`{s.name}`") for s in STEPS),  # each step's tool, from the registry (oomlab/steps.py)
-    ("diagnose_s", "`diagnose`"),
-)
-TARGETS = {
-    "recheck_warm_under_2_s": "a re-check under `watch` takes under 2 s",
-    "check_cold_within_plain_plus_1_5_s": "`oomlab check` takes at most 1.5 s more than `python train.py`",
-    "diagnose_within_2x_plain": "`diagnose` takes at most twice the plain run",
-    "verify_within_1_2x_floor": "the whole `oomlab dev verify` takes at most 1.2 times its floor, "
-    "max(longest run, sum of runs / runs at a time)",
-    "check_under_15_s": "`oomlab check` of each timed exercise takes at most 15 s, the reference cached: a check "
-    "after the first of a sitting, whose kept server forks it, where one was timed "
-    "(an exercise that takes longer says why on its page)",
-    "class_of_50_under_5_min": "a class of 50 is graded in under 5 minutes",
-}
-
-
 def speed_section(report: dict | None, verify: dict | None) -> list[str]:
     """How long a learner waits for each command, from ``speed.json``.
 
@@ -155,6 +134,7 @@ def speed_section(report: dict | None, verify: dict | None) -> list[str]:
     ]
     for row in report.get("exercises", []):
         md.append(f"| {cell(row['id'])} | " + " | ".join(_seconds(row.get(k)) for k, _ in SPEED_COLUMNS) + " |")
+    md += check_table(report)
     if report.get("scripts"):
         md += [
             "",
@@ -214,6 +194,26 @@ def speed_section(report: dict | None, verify: dict | None) -> list[str]:
         for name, met in report.get("targets", {}).items()
     ]
     return md + [""]
+
+
+def check_table(report: dict) -> list[str]:
+    """``oomlab check`` of each exercise's reference fix as last timed, by a whole sitting or one of checks alone."""
+    rows = check_rows(report)
+    if not rows:
+        return []
+    md = [
+        "",
+        "`oomlab check` of each exercise's reference fix, as last timed (`oomlab dev bench --checks-only` times only "
+        "these: each reference measured and cached first, then each exercise's first check with no server anywhere, "
+        f"once, then the median of {report.get('repeat', 3)} checks forked from the kept server):",
+        "",
+        "| Exercise | The first check of a sitting | Every later check | Timed on |",
+        "|---|---:|---:|---|",
+    ]
+    return md + [
+        f"| {cell(ex_id)} | {_seconds(row.get('check_cold_s'))} | {_seconds(row.get('check_kept_s'))} | {measured_on(row)}, {measured_date(row)} |"
+        for ex_id, row in rows.items()
+    ]
 
 
 def class_section(row: dict | None) -> list[str]:
