@@ -210,8 +210,9 @@ def test_an_unreadable_notebook_is_kept_aside_and_scores_zero_with_its_reason(cl
 
 
 def oomlab(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``oomlab ARGS`` in a process of its own, forked from one that imported nbgrader once."""
     env = {**os.environ, "COLUMNS": "200", "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return nbgrader_commands.run(list(args), cwd, env, 300, program="oomlab")
 
 
 def test_autograde_without_a_gpu_says_so_and_leaves_the_gradebook_alone(class_folder):

@@ -43,9 +43,9 @@ def guide_commands() -> list[list[str]]:
 
 def run(words: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
     env = {**nbgrader_env(), "COLUMNS": "200", **env}
-    if words[0] == "nbgrader":  # a process of its own, forked from one that imported nbgrader once
-        return nbgrader_commands.run(words[1:], cwd, env)
-    program = [sys.executable, "-m", words[0]]  # oomlab or jupyter, from this Python
+    if words[0] in ("nbgrader", "oomlab"):  # a process of its own, forked from one that imported nbgrader once
+        return nbgrader_commands.run(words[1:], cwd, env, program=words[0])
+    program = [sys.executable, "-m", words[0]]  # jupyter, from this Python
     return subprocess.run(program + words[1:], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 
