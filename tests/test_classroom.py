@@ -38,7 +38,7 @@ from oomlab.grading.checks import ALWAYS, CHECKS, CheckResult
 from oomlab.grading.truth import source_digest
 from oomlab.grading.verdict import Report
 from oomlab.measure.harness import Measurement
-from tests.nbgrader_commands import nbgrader_commands
+from tests.forked_commands import nbgrader_commands
 
 REPO = Path(__file__).resolve().parents[1]
 COURSE = Course(REPO, working_tree=True)  # what `oomlab nbgrader build` and the student wheel are made from

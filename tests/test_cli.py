@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.forked_commands import oomlab_commands
+
 pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +26,7 @@ BOX = re.compile(r"[│╭╮╰╯─┃━┏┓┗┛┡┩╇┳┻╋┣┫
 
 
 def oomlab(root: Path, *args: str, columns: int = 200, raw: bool = False) -> tuple[int, str]:
-    """Run the CLI in ``root``; return the exit code and stdout+stderr with the boxes and wrapping flattened (or ``raw``)."""
+    """Run the CLI in ``root`` (tests/forked_commands.py); return the exit code and stdout+stderr with the boxes and wrapping flattened (or ``raw``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE")}
     env.update(
         OOMLAB_ROOT=str(root),
@@ -32,7 +34,7 @@ def oomlab(root: Path, *args: str, columns: int = 200, raw: bool = False) -> tup
         PYTHONPATH=str(REPO),  # the graders under test, whether or not the course is installed
         CUDA_VISIBLE_DEVICES="",  # the same answers on a machine with a GPU
     )
-    proc = subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    proc = oomlab_commands.run(list(args), root, env, 120, program="oomlab")  # a process of its own, forked
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out
     assert proc.returncode != 3 and not (root / ".oomlab" / "last-error.txt").exists(), out

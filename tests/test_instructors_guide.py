@@ -28,7 +28,7 @@ from nbgrader.api import Gradebook
 from oomlab.classroom.autograde_guard import CHECKED
 from oomlab.classroom.classgrade import nbgrader_env
 from oomlab.grading.pytest_plugin import cuda_available
-from tests.nbgrader_commands import nbgrader_commands
+from tests.forked_commands import nbgrader_commands
 
 pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
 

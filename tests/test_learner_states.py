@@ -16,8 +16,6 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from oomlab.course.shipped import init_course
+from tests.forked_commands import oomlab_commands
 
 REPO = Path(__file__).resolve().parents[1]
 ID = "eval-graphs"
@@ -101,7 +100,7 @@ class Outcome:
 def run_command(root: Path, args: list[str]) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OOMLAB_ROOT", "FORCE_COLOR", "TTY_COMPATIBLE", "CLICOLOR_FORCE")}
     env.update(PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", COLUMNS="120", GIT_CEILING_DIRECTORIES=str(root.parent))
-    done = subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    done = oomlab_commands.run(list(args), root, env, 120, program="oomlab")  # a process of its own, forked
     return done.returncode, done.stdout + done.stderr
 
 

@@ -26,7 +26,7 @@ from oomlab.classroom.preprocessors import script_of
 from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks, script_name
 from oomlab.course import Course
 from oomlab.grading.pytest_plugin import cuda_available
-from tests.nbgrader_commands import nbgrader_commands
+from tests.forked_commands import nbgrader_commands
 
 pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
 

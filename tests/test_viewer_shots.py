@@ -13,14 +13,13 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from oomlab.errors import OomLabError
 from oomlab.site import viewer_shots as shots
+from tests.forked_commands import oomlab_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "course" / "figures"
@@ -175,7 +174,7 @@ def test_inputs_that_are_not_the_viewer_and_d3_5_are_refused_with_what_to_get(tm
 
 def oomlab(*args: str) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "OOMLAB_ROOT": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    proc = oomlab_commands.run(list(args), ROOT, env, 60, program="oomlab")  # a process of its own, forked
     return proc.returncode, proc.stdout + proc.stderr
 
 

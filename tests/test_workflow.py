@@ -7,7 +7,6 @@ import os
 import pickle
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from oomlab.steps import fix_first as summarize
 from oomlab.steps import step
 from oomlab.tools.run import resolve
 from oomlab.units import MIB, parse_size
+from tests.forked_commands import oomlab_commands
 
 pytestmark = pytest.mark.long  # tens of seconds of processes: make test starts it first
 
@@ -182,7 +182,7 @@ def test_diagnose_with_nothing_structural_says_so_and_ends_with_hyperparameters(
 def oomlab(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "CUDA_VISIBLE_DEVICES": ""}
     env.pop("OOMLAB_ROOT", None)
-    done = subprocess.run([sys.executable, "-m", "oomlab", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    done = oomlab_commands.run(list(args), cwd, env, 120, program="oomlab")  # a process of its own, forked
     assert "Traceback" not in done.stdout + done.stderr
     return done
 
