@@ -191,9 +191,6 @@ def side_by_side(row: dict, key: str) -> str:
 @dev_app.command()
 def equivalence(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the table (default: {reports.EQUIVALENCE})"),
-    checks_only: bool = typer.Option(
-        False, "--checks-only", help="of each exercise, time only `oomlab check` of its reference fix, the reference cached"
-    ),
     verify_json: Optional[Path] = typer.Option(
         None, "--verify-json", help="also write the truth check of the forked runs here (what `verify` writes)"
     ),
@@ -365,7 +362,10 @@ def bench(
     ),
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the figures (default: {reports.SPEED})"),
     checks_only: bool = typer.Option(
-        False, "--checks-only", help="of each exercise, time only `oomlab check` of its reference fix, the reference cached"
+        False,
+        "--checks-only",
+        help="time only `oomlab check` of each exercise's reference fix: every reference cached first, then each "
+        "exercise's first check of a sitting once, then --repeat checks forked from the server a check keeps",
     ),
     verify_json: Optional[Path] = typer.Option(
         None, "--verify-json", help=f"with --verify, also keep the truth check's report here (as {reports.VERIFY})"
