@@ -185,3 +185,33 @@ def test_the_page_renders_and_every_index_link_lands(page, tree):
         assert f"[`{ctx.command_path}`](#{anchor})" in index or f"[**`{ctx.command_path}`**](#{anchor})" in index
     assert rendered.count("<table>") == page.count("| --- | --- | --- | --- |")
     assert "{#" not in re.sub(r"<code>.*?</code>|<pre>.*?</pre>", "", rendered, flags=re.S)  # every attr_list read
+
+
+def test_every_option_of_every_command_is_read_by_the_command():
+    """An option the command never reads is accepted and ignored: the user gets what they did not ask for.
+
+    Read from the source: each parameter of a function that is a command (or the app's callback) appears in its
+    body, unless the option acts through a callback of its own (``--version``).
+    """
+    import ast
+    from pathlib import Path
+
+    import oomlab.cli
+
+    ignored = []
+    for path in sorted(Path(oomlab.cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            if not any(re.search(r"\.(command|callback)\(", ast.unparse(d) + "(") for d in node.decorator_list):
+                continue
+            used = {n.id for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+            a = node.args
+            with_defaults = a.args[len(a.args) - len(a.defaults) :]
+            defaults = dict(zip([p.arg for p in with_defaults], a.defaults, strict=True))
+            defaults |= dict(zip([p.arg for p in a.kwonlyargs], a.kw_defaults, strict=True))
+            for arg in a.args + a.kwonlyargs:
+                acts_itself = defaults.get(arg.arg) is not None and "callback=" in ast.unparse(defaults[arg.arg])
+                if arg.arg not in used and not acts_itself:
+                    ignored.append(f"{path.name}: {node.name}({arg.arg})")
+    assert not ignored, f"options that no command reads: {ignored}"
