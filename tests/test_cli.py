@@ -483,4 +483,25 @@ def test_a_check_keeps_a_server_warm_for_the_settings_its_run_started_with(root,
     out = " ".join(capsys.readouterr().out.split())
     assert done.value.code == 0, out
     assert started == ([] if kept is None else [kept])
-    assert ("your next check costs the script, not the imports" in out) is (kept is not None), out
+    assert ("your next run or check costs the script, not the imports" in out) is (kept is not None), out
+
+
+@pytest.mark.parametrize("args,kept", [([], ""), (["--no-keep-warm"], None)], ids=["keeps", "option-says-no"])
+def test_a_run_keeps_a_server_warm_too_since_a_check_comes_next(root, monkeypatch, capsys, args, kept):
+    from oomlab.cli import learner, main
+    from oomlab.measure import harness, keeper
+    from oomlab.measure.harness import Measurement
+
+    monkeypatch.delenv("OOMLAB_KEEP_WARM", raising=False)
+    started = []
+    m = Measurement(script="train.py", status="ok", alloc_conf="")
+    monkeypatch.setattr(harness, "measure_exercise_file", lambda ex, path, sandboxed: m)
+    monkeypatch.setattr(learner, "refuse_without_a_driver", lambda path, doing: None)
+    monkeypatch.setattr(learner, "has_nvidia_driver", lambda: True)
+    monkeypatch.setattr(keeper, "keep_warm", lambda root, conf: started.append(conf) or True)
+    with pytest.raises(SystemExit) as done:
+        main(["run", *args, "eval-graphs"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0, out
+    assert started == ([] if kept is None else [kept])
+    assert ("your next run or check costs the script, not the imports" in out) is (kept is not None), out

@@ -177,12 +177,39 @@ def list_exercises() -> None:
     console.print("Steps: " + ", ".join([f"0 {READ_FIRST.lower()}", *(s.label for s in STEPS)]) + ".", style="dim")
 
 
+KEEP_WARM = typer.Option(
+    True,
+    "--keep-warm/--no-keep-warm",
+    envvar="OOMLAB_KEEP_WARM",
+    help="keep a measuring server with torch imported for the next run or check (it stops after "
+    "10 idle minutes, or at `oomlab stop`)",
+)
+
+
+def keep_server_warm(ex: Exercise, m) -> None:
+    """After a run measured on this machine, keep a measuring server for the next one (:mod:`oomlab.measure.keeper`),
+    for the allocator settings this run started with: a script that sets its own at its top ran with them."""
+    if not has_nvidia_driver():
+        return
+    from oomlab.measure.keeper import IDLE_S
+    from oomlab.measure.keeper import keep_warm as start_keeper
+
+    if start_keeper(ex.root, m.alloc_conf if m.alloc_conf_declared else ex.alloc_conf):
+        console.print(
+            Text(
+                "A measuring server now keeps torch imported, so your next run or check costs the script, not the "
+                f"imports (it stops after {IDLE_S / 60:g} idle minutes, or at `oomlab stop`).",
+                style="dim",
+            )
+        )
+
+
 def measuring(ex: Exercise, what: str = "Measuring"):
     return console.status(f"{what} {ex.id} in a process of its own under its {in_gib(ex.budget_bytes)} budget…")
 
 
 @app.command()
-def run(exercise: str = EXERCISE) -> None:
+def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
     """Run your version under the exercise's budget and show the OOM or the memory figures."""
     from oomlab.grading.present import print_manifest_note, print_run
     from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
@@ -197,6 +224,8 @@ def run(exercise: str = EXERCISE) -> None:
         m = measure_exercise_file(ex, ex.learner_path, sandboxed=False)
     if m.status in MACHINE_PROBLEMS:
         raise machine_error(m, ex)
+    if keep_warm:  # a run comes before a check: the check it leads to need not import torch again
+        keep_server_warm(ex, m)
     if m.stdout.strip():
         console.print(Panel(Text(m.stdout.rstrip()[-3000:]), title="Script output", title_align="left", border_style="dim"))
     print_run(console, m, ex)
@@ -227,33 +256,13 @@ def grade_and_show(ex: Exercise, progress: Progress) -> Report:
 
 
 @app.command()
-def check(
-    exercise: str = EXERCISE,
-    keep_warm: bool = typer.Option(
-        True,
-        "--keep-warm/--no-keep-warm",
-        envvar="OOMLAB_KEEP_WARM",
-        help="keep a measuring server with torch imported for the next check (it stops after "
-        "10 idle minutes, or at `oomlab stop`)",
-    ),
-) -> None:
+def check(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
     """Grade your version: every check, measured against the reference solution on this GPU."""
     course, progress = load()
     ex = course.get(exercise)
     report = grade_and_show(ex, progress)
-    if keep_warm and has_nvidia_driver():
-        from oomlab.measure.keeper import IDLE_S
-        from oomlab.measure.keeper import keep_warm as start_keeper
-
-        m = report.measurement  # a script that sets its own allocator settings at its top ran with them
-        if start_keeper(ex.root, m.alloc_conf if m.alloc_conf_declared else ex.alloc_conf):
-            console.print(
-                Text(
-                    "A measuring server now keeps torch imported, so your next check costs the script, not the imports "
-                    f"(it stops after {IDLE_S / 60:g} idle minutes, or at `oomlab stop`).",
-                    style="dim",
-                )
-            )
+    if keep_warm:
+        keep_server_warm(ex, report.measurement)
     if not report.passed:
         raise typer.Exit(1)
     nxt = current(course, progress)
@@ -345,7 +354,7 @@ def watch(
 
 @app.command()
 def stop() -> None:
-    """Stop the measuring servers `oomlab check` keeps warm for this course (they stop by themselves when idle)."""
+    """Stop the measuring servers `oomlab check` and `run` keep warm for this course (they stop by themselves when idle)."""
     from oomlab.measure.keeper import stop_keepers
 
     stopped = stop_keepers(Course(strict=False).root)  # whatever state the exercises and the progress are in

@@ -3,16 +3,16 @@
 A fresh run imports torch before the script's first line, which can take longer than the
 script itself (``check_cold_s`` against ``check_kept_s`` in ``speed.json``). ``oomlab watch``
 keeps a warm server (:mod:`oomlab.measure.warm`) while it runs; a learner who
-checks by hand gets one from here: after a check, :func:`keep_warm` starts a
+checks by hand gets one from here: after a check or a run, :func:`keep_warm` starts a
 *keeper* in the background (``python -m oomlab.measure.keeper ROOT SETTING``), a
 small process that owns one server for the course and the exercise's allocator
-setting. The next ``oomlab check`` finds the server and forks its run from it, as
+setting. The next ``oomlab check`` (or ``run``) finds the server and forks its run from it, as
 a second terminal does beside ``oomlab watch``; ``equivalence.json`` shows that a
 forked run measures what a fresh one does.
 
 The keeper holds a lock (``.oomlab/servers/KEY.keeper``, with its pid in it), so
 one keeper serves a course and setting however many checks start at once. Every
-check touches ``KEY.used``; the keeper stops, its server with it, once that is
+check and run touches ``KEY.used``; the keeper stops, its server with it, once that is
 :data:`IDLE_S` old, at ``oomlab stop`` (:func:`stop_keepers`), or when the server
 itself stops.
 """

@@ -126,7 +126,7 @@ def speed_section(report: dict | None, verify: dict | None) -> list[str]:
         "run as a learner types it, in a course folder made by `oomlab init`; the reference is already cached for "
         "`check`. The first `check` of a sitting starts a fresh Python process, which imports torch before the "
         "script's first line; it leaves a measuring server with torch imported (`oomlab stop`, or ten idle minutes, "
-        "ends it), from which every later `check` forks its run. The tools run on the exercise as shipped, under its "
+        "ends it), from which every later `check` forks its run (an `oomlab run` leaves one too). The tools run on the exercise as shipped, under its "
         "budget.",
         "",
         "| Exercise | " + " | ".join(heading for _, heading in SPEED_COLUMNS) + " |",
