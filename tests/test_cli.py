@@ -455,6 +455,7 @@ def test_ids_and_commands_are_never_cut_or_run_together(root, columns):
         assert re.search(rf"{re.escape(command)}\s{{2,}}\S", line), (command, out)  # whole, then room, then its words
 
 
+@pytest.mark.parametrize("command", ["check", "run"])  # a run comes before a check: it keeps one too
 @pytest.mark.parametrize(
     "args,declared,kept",
     [
@@ -465,10 +466,12 @@ def test_ids_and_commands_are_never_cut_or_run_together(root, columns):
     ],
     ids=["manifest-settings", "script-sets-its-own", "env-says-no", "option-says-no"],
 )
-def test_a_check_keeps_a_server_warm_for_the_settings_its_run_started_with(root, monkeypatch, capsys, args, declared, kept):
+def test_a_check_or_run_keeps_a_server_warm_for_the_settings_its_run_started_with(
+    root, monkeypatch, capsys, command, args, declared, kept
+):
     from oomlab.cli import learner, main
     from oomlab.grading.verdict import Report
-    from oomlab.measure import keeper
+    from oomlab.measure import harness, keeper
     from oomlab.measure.harness import Measurement
 
     monkeypatch.setenv("OOMLAB_KEEP_WARM", "0")
@@ -476,31 +479,12 @@ def test_a_check_keeps_a_server_warm_for_the_settings_its_run_started_with(root,
     m = Measurement(script="train.py", status="ok", alloc_conf="expandable_segments:True" if declared else "")
     m.alloc_conf_declared = declared
     monkeypatch.setattr(learner, "grade_and_show", lambda ex, progress: Report(ex, m, None, []))
-    monkeypatch.setattr(learner, "has_nvidia_driver", lambda: True)
-    monkeypatch.setattr(keeper, "keep_warm", lambda root, conf: started.append(conf) or True)
-    with pytest.raises(SystemExit) as done:
-        main(["check", *args, "eval-graphs"])
-    out = " ".join(capsys.readouterr().out.split())
-    assert done.value.code == 0, out
-    assert started == ([] if kept is None else [kept])
-    assert ("your next run or check costs the script, not the imports" in out) is (kept is not None), out
-
-
-@pytest.mark.parametrize("args,kept", [([], ""), (["--no-keep-warm"], None)], ids=["keeps", "option-says-no"])
-def test_a_run_keeps_a_server_warm_too_since_a_check_comes_next(root, monkeypatch, capsys, args, kept):
-    from oomlab.cli import learner, main
-    from oomlab.measure import harness, keeper
-    from oomlab.measure.harness import Measurement
-
-    monkeypatch.delenv("OOMLAB_KEEP_WARM", raising=False)
-    started = []
-    m = Measurement(script="train.py", status="ok", alloc_conf="")
     monkeypatch.setattr(harness, "measure_exercise_file", lambda ex, path, sandboxed: m)
     monkeypatch.setattr(learner, "refuse_without_a_driver", lambda path, doing: None)
     monkeypatch.setattr(learner, "has_nvidia_driver", lambda: True)
     monkeypatch.setattr(keeper, "keep_warm", lambda root, conf: started.append(conf) or True)
     with pytest.raises(SystemExit) as done:
-        main(["run", *args, "eval-graphs"])
+        main([command, *args, "eval-graphs"])
     out = " ".join(capsys.readouterr().out.split())
     assert done.value.code == 0, out
     assert started == ([] if kept is None else [kept])
