@@ -289,6 +289,8 @@ def test_a_check_leaves_a_keeper_whose_server_forks_the_next_run_one_keeper_per_
     pid = keeper_pid(tmp_path)
     try:
         assert run(script, course_root=tmp_path).runner == "forked", "the next check forks from the kept server"
+        (seen,) = keeper.kept(tmp_path)  # what `oomlab doctor` says of it
+        assert seen["alloc_conf"] == "" and 0 <= seen["idle_s"] < 60
         assert not keeper.keep_warm(tmp_path, ""), "a second check starts no second keeper"
         second = subprocess.run([sys.executable, "-m", "oomlab.measure.keeper", str(tmp_path), ""], timeout=30)
         assert second.returncode == 0 and keeper_pid(tmp_path) == pid, "a keeper started beside it leaves at once"
@@ -324,3 +326,36 @@ def test_a_keeper_stops_with_its_server_once_no_check_has_used_it_for_its_idle_t
     proc = subprocess.Popen([sys.executable, "-m", "oomlab.measure.keeper", str(tmp_path), "", "1"])
     assert proc.wait(timeout=30) == 0
     assert WarmServer.find(tmp_path, "") is None and not keeper._locked(keeper._files(tmp_path, "")[0])
+
+
+def test_doctor_says_which_warm_server_a_check_or_run_keeps_and_how_long_it_has_been_idle(tmp_path, monkeypatch):
+    import fcntl
+
+    from oomlab.measure import keeper, machine
+    from oomlab.measure.warm import info_path
+
+    monkeypatch.setattr(machine, "has_nvidia_driver", lambda: True)
+    assert machine.kept_row(tmp_path)[2].startswith("none: the next check or run starts a fresh Python")
+    info = info_path(tmp_path.resolve(), "")
+    info.parent.mkdir(parents=True)
+    lock = info.with_suffix(".keeper")
+    lock.write_text("4242\n")
+    assert keeper.kept(tmp_path) == [], "a lock nobody holds is a keeper that ended"
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held, as a live keeper holds it
+    try:
+        assert keeper.kept(tmp_path) == [{"alloc_conf": None, "idle_s": None}]
+        assert "starting (importing torch)" in machine.kept_row(tmp_path)[2]
+        info.write_text(json.dumps({"alloc_conf": ""}))
+        used = info.with_suffix(".used")
+        used.touch()
+        os.utime(used, (time.time() - 125, time.time() - 125))
+        (found,) = keeper.kept(tmp_path)
+        assert found["alloc_conf"] == "" and 120 < found["idle_s"] < 200
+        level, item, said = machine.kept_row(tmp_path)
+        assert (level, item) == ("ok", "warm server")
+        assert "allocator settings default, idle 2 of 10 minutes" in said and "`oomlab stop` ends it" in said
+    finally:
+        os.close(fd)
+    monkeypatch.setattr(machine, "has_nvidia_driver", lambda: False)
+    assert machine.kept_row(tmp_path) is None, "no GPU: no server runs, and none would start"

@@ -410,7 +410,7 @@ def solution(exercise: str = EXERCISE) -> None:
 
 @app.command()
 def doctor() -> None:
-    """Is this machine ready? Python, torch, GPU, whether each budget fits, allocator settings."""
+    """Is this machine ready? Python, torch, GPU, whether each budget fits, allocator settings, a warm server kept."""
     from oomlab.measure.machine import diagnose, has_nvidia_driver, without_a_gpu
 
     with console.status("Looking at Python, torch and the GPU…"):

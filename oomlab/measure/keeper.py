@@ -92,6 +92,29 @@ def stop_keepers(root: Path) -> int:
     return sum(_stop(lock) for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")) if _locked(lock))
 
 
+def kept(root: Path) -> list[dict]:
+    """The keepers running for the course at ``root``: each one's allocator settings (None while its server still
+    imports torch) and how long since a check or run last used it, in seconds."""
+    import json
+
+    from oomlab.measure.warm import info_path
+
+    found = []
+    for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")):
+        if not _locked(lock):
+            continue
+        try:
+            settings = json.loads(lock.with_suffix(".json").read_text(encoding="utf-8"))["alloc_conf"]
+        except (OSError, ValueError, KeyError, TypeError):
+            settings = None
+        try:
+            idle = max(0.0, time.time() - lock.with_suffix(".used").stat().st_mtime)
+        except OSError:
+            idle = None
+        found.append({"alloc_conf": settings, "idle_s": idle})
+    return found
+
+
 def _stop(lock: Path) -> bool:
     """Ask the keeper holding ``lock`` to stop (it stops its server first); whether it could be asked."""
     try:

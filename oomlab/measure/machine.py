@@ -197,6 +197,26 @@ def torch_row(version: str | None) -> tuple[str, str, str]:
     return ("fail" if too_old else "ok", "torch", version + (" (the course needs 2.4 or newer)" if too_old else ""))
 
 
+def kept_row(root) -> tuple[str, str, str] | None:
+    """Whether a measuring server is kept warm for the course: a process a check or a run left in the background
+    (None on a machine without a GPU, where none runs and none would start)."""
+    from oomlab.measure.keeper import IDLE_S, kept
+
+    servers = kept(root)
+    if not servers:
+        if not has_nvidia_driver():
+            return None
+        return ("ok", "warm server", "none: the next check or run starts a fresh Python, which imports torch first")
+    said = []
+    for server in servers:
+        settings = server["alloc_conf"]
+        what = "starting (importing torch)" if settings is None else f"allocator settings {settings or 'default'}"
+        if server["idle_s"] is not None:
+            what += f", idle {server['idle_s'] / 60:.0f} of {IDLE_S / 60:g} minutes"
+        said.append(what)
+    return ("ok", "warm server", f"kept for this course by a check or run ({'; '.join(said)}): `oomlab stop` ends it")
+
+
 def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
     """Rows of (level, item, finding), level in ok/warn/fail; and whether measuring can work."""
     rows: list[tuple[str, str, str]] = []
@@ -222,6 +242,8 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
             rows.extend(("fail", f"exercise {ex_id}", course.problem(ex_id)) for ex_id in course.broken)
         else:
             rows.append(("ok", "course", f"{course.root}: {len(exercises)} exercises, every manifest valid"))
+        if row := kept_row(course.root):
+            rows.append(row)
     except OomLabError as err:
         rows.append(("fail", "course", str(err)))
 
