@@ -361,6 +361,30 @@ def test_watch_checks_once_and_says_what_it_watches(root):
         assert not any((root / ".oomlab" / "servers").glob("*"))
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["a-check-kept-one", "none-kept"])
+def test_watch_uses_the_server_a_check_or_run_keeps_rather_than_import_torch_again(root, monkeypatch, capsys, kept):
+    import contextlib
+
+    from oomlab.cli import learner, main
+    from oomlab.grading.checks import CheckResult
+    from oomlab.grading.verdict import Report
+    from oomlab.measure import keeper, warm
+    from oomlab.measure.harness import Measurement
+
+    touched, started = [], []
+    monkeypatch.setattr(learner, "has_nvidia_driver", lambda: True)
+    monkeypatch.setattr(warm.WarmServer, "find", lambda root, conf: object() if kept else None)
+    monkeypatch.setattr(keeper, "keep_warm", lambda root, conf: touched.append(conf) or False)
+    monkeypatch.setattr(warm, "serving", lambda root, confs, env: started.append(confs) or contextlib.nullcontext([]))
+    m = Measurement(script="train.py", status="ok")
+    failed = CheckResult("no_oom", False, "an OOM", "none", "it must fit")  # not passed: watch stays on the exercise
+    monkeypatch.setattr(learner, "grade_and_show", lambda ex, progress: Report(ex, m, None, [failed]))
+    with pytest.raises(SystemExit) as done:
+        main(["watch", "eval-graphs", "--max-checks", "1"])
+    assert done.value.code == 0, capsys.readouterr().out
+    assert (touched, started) == (([""], []) if kept else ([], [[""]])), "the kept server is used, and kept from idling"
+
+
 def test_reset_of_a_deleted_file_says_it_restored_a_missing_file(root):
     oomlab(root, "list")  # first sight: the originals are kept
     path = learner_file(root)

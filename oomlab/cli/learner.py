@@ -312,10 +312,12 @@ def watch(
     """Re-check the exercise every time you save it; moves on to the next one when it passes.
 
     It keeps a measuring server warm (torch imported once), so a re-check costs the
-    workload, not the imports; `oomlab check` in another terminal uses it too.
+    workload, not the imports; `oomlab check` in another terminal uses it too. Where a
+    check or run already keeps one ready, it uses that one, and keeps it from idling out.
     """
     from oomlab.measure import warm
     from oomlab.measure.harness import child_env
+    from oomlab.measure.keeper import keep_warm
 
     course, progress = load()
     ex = course.get(exercise) if exercise else current(course, progress)
@@ -323,16 +325,19 @@ def watch(
         warmed: set[str] = set()
         checks, seen = 0, None
         while ex is not None:
-            if ex.alloc_conf not in warmed and has_nvidia_driver():
-                # torch imported once per setting: each re-check costs the workload alone (without a GPU, nothing runs)
-                warmed.add(ex.alloc_conf)
-                servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
             try:
                 stamp = ex.learner_path.stat().st_mtime_ns
             except FileNotFoundError:
                 stamp = -1
             if stamp != seen:
                 seen = stamp
+                # torch imported once per setting: each re-check costs the workload alone (without a GPU, nothing runs)
+                if ex.alloc_conf not in warmed and has_nvidia_driver():
+                    if warm.WarmServer.find(ex.root, ex.alloc_conf) is not None:
+                        keep_warm(ex.root, ex.alloc_conf)  # a kept server, ready: used now, so its keeper stays
+                    else:
+                        warmed.add(ex.alloc_conf)
+                        servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
                 console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
                 report = grade_and_show(ex, progress)
                 checks += 1
