@@ -361,8 +361,18 @@ def test_watch_checks_once_and_says_what_it_watches(root):
         assert not any((root / ".oomlab" / "servers").glob("*"))
 
 
-@pytest.mark.parametrize("kept", [True, False], ids=["a-check-kept-one", "none-kept"])
-def test_watch_uses_the_server_a_check_or_run_keeps_rather_than_import_torch_again(root, monkeypatch, capsys, kept):
+@pytest.mark.parametrize(
+    "kept,runner,expected",
+    [
+        (True, "forked", ([""], [])),
+        (True, "fresh", ([""], [[""]])),  # the kept server refused this terminal's run (another environment)
+        (False, "fresh", ([], [[""]])),
+    ],
+    ids=["a-check-kept-one", "kept-one-cannot-serve", "none-kept"],
+)
+def test_watch_uses_the_server_a_check_or_run_keeps_rather_than_import_torch_again(
+    root, monkeypatch, capsys, kept, runner, expected
+):
     import contextlib
 
     from oomlab.cli import learner, main
@@ -376,13 +386,13 @@ def test_watch_uses_the_server_a_check_or_run_keeps_rather_than_import_torch_aga
     monkeypatch.setattr(warm.WarmServer, "find", lambda root, conf: object() if kept else None)
     monkeypatch.setattr(keeper, "keep_warm", lambda root, conf: touched.append(conf) or False)
     monkeypatch.setattr(warm, "serving", lambda root, confs, env: started.append(confs) or contextlib.nullcontext([]))
-    m = Measurement(script="train.py", status="ok")
+    m = Measurement(script="train.py", status="ok", runner=runner)
     failed = CheckResult("no_oom", False, "an OOM", "none", "it must fit")  # not passed: watch stays on the exercise
     monkeypatch.setattr(learner, "grade_and_show", lambda ex, progress: Report(ex, m, None, [failed]))
     with pytest.raises(SystemExit) as done:
         main(["watch", "eval-graphs", "--max-checks", "1"])
     assert done.value.code == 0, capsys.readouterr().out
-    assert (touched, started) == (([""], []) if kept else ([], [[""]])), "the kept server is used, and kept from idling"
+    assert (touched, started) == expected, "a kept server is used where it can serve, and kept from idling"
 
 
 def test_reset_of_a_deleted_file_says_it_restored_a_missing_file(root):

@@ -332,14 +332,19 @@ def watch(
             if stamp != seen:
                 seen = stamp
                 # torch imported once per setting: each re-check costs the workload alone (without a GPU, nothing runs)
+                kept = False
                 if ex.alloc_conf not in warmed and has_nvidia_driver():
-                    if warm.WarmServer.find(ex.root, ex.alloc_conf) is not None:
+                    kept = warm.WarmServer.find(ex.root, ex.alloc_conf) is not None
+                    if kept:
                         keep_warm(ex.root, ex.alloc_conf)  # a kept server, ready: used now, so its keeper stays
                     else:
                         warmed.add(ex.alloc_conf)
                         servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
                 console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
                 report = grade_and_show(ex, progress)
+                if kept and report.measurement.runner != "forked":  # it could not serve this terminal's run: own one
+                    warmed.add(ex.alloc_conf)
+                    servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
                 checks += 1
                 if report.passed and exercise is None:
                     ex = current(course, progress)
