@@ -101,6 +101,9 @@ def test_the_server_says_where_it_is(server, course):
     assert info["root"] == str(course) and info["alloc_conf"] == ""
     assert info["code"] == warm.code_digest() and info["python"] == sys.executable
     assert "torch._dynamo" in info["preloaded"]  # what the first optimizer step would import
+    from oomlab.measure import machine
+
+    assert machine.watch_servers(course) == [""], "`oomlab doctor` finds it"
 
 
 def test_another_course_is_refused_and_measured_fresh(server, course, tmp_path):
@@ -359,3 +362,6 @@ def test_doctor_says_which_warm_server_a_check_or_run_keeps_and_how_long_it_has_
         os.close(fd)
     monkeypatch.setattr(machine, "has_nvidia_driver", lambda: False)
     assert machine.kept_row(tmp_path) is None, "no GPU: no server runs, and none would start"
+    # No keeper, but a server that serves the course: `oomlab watch`'s.
+    monkeypatch.setattr(WarmServer, "find", lambda root, conf: object() if conf == "" else None)
+    assert "`oomlab watch`'s (allocator settings default)" in machine.kept_row(tmp_path)[2]

@@ -197,6 +197,23 @@ def torch_row(version: str | None) -> tuple[str, str, str]:
     return ("fail" if too_old else "ok", "torch", version + (" (the course needs 2.4 or newer)" if too_old else ""))
 
 
+def watch_servers(root) -> list[str]:
+    """The allocator settings of the ready servers that serve the course at ``root`` and no keeper keeps: `watch`'s."""
+    import json
+
+    from oomlab.measure.warm import WarmServer, info_path
+
+    found = []
+    for info in sorted(info_path(Path(root).resolve(), "").parent.glob("*.json")):
+        try:
+            conf = json.loads(info.read_text(encoding="utf-8"))["alloc_conf"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if WarmServer.find(root, conf) is not None:
+            found.append(conf)
+    return found
+
+
 def kept_row(root) -> tuple[str, str, str] | None:
     """Whether a measuring server is kept warm for the course: a process a check or a run left in the background
     (None on a machine without a GPU, where none runs and none would start)."""
@@ -204,6 +221,9 @@ def kept_row(root) -> tuple[str, str, str] | None:
 
     servers = kept(root)
     if not servers:
+        if watched := watch_servers(root):
+            settings = ", ".join(conf or "default" for conf in watched)
+            return ("ok", "warm server", f"`oomlab watch`'s (allocator settings {settings}): checks and runs fork from it")
         if not has_nvidia_driver():
             return None
         return ("ok", "warm server", "none: the next check or run starts a fresh Python, which imports torch first")
