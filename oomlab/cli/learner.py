@@ -224,11 +224,11 @@ def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
         m = measure_exercise_file(ex, ex.learner_path, sandboxed=False)
     if m.status in MACHINE_PROBLEMS:
         raise machine_error(m, ex)
-    if keep_warm:  # a run comes before a check: the check it leads to need not import torch again
-        keep_server_warm(ex, m)
     if m.stdout.strip():
         console.print(Panel(Text(m.stdout.rstrip()[-3000:]), title="Script output", title_align="left", border_style="dim"))
     print_run(console, m, ex)
+    if keep_warm:  # a run comes before a check: the check it leads to need not import torch again
+        keep_server_warm(ex, m)
     if m.status in SCRIPT_FAILURES:
         raise typer.Exit(1)
     if m.oom:
