@@ -323,6 +323,11 @@ def watch(
     ex = course.get(exercise) if exercise else current(course, progress)
     with contextlib.ExitStack() as servers:
         warmed: set[str] = set()
+
+        def own_server(conf: str) -> None:
+            warmed.add(conf)
+            servers.enter_context(warm.serving(ex.root, [conf], child_env))
+
         checks, seen = 0, None
         while ex is not None:
             try:
@@ -338,13 +343,11 @@ def watch(
                     if kept:
                         keep_warm(ex.root, ex.alloc_conf)  # a kept server, ready: used now, so its keeper stays
                     else:
-                        warmed.add(ex.alloc_conf)
-                        servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
+                        own_server(ex.alloc_conf)
                 console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
                 report = grade_and_show(ex, progress)
                 if kept and report.measurement.runner != "forked":  # it could not serve this terminal's run: own one
-                    warmed.add(ex.alloc_conf)
-                    servers.enter_context(warm.serving(ex.root, [ex.alloc_conf], child_env))
+                    own_server(ex.alloc_conf)
                 checks += 1
                 if report.passed and exercise is None:
                     ex = current(course, progress)

@@ -85,11 +85,16 @@ def keep_warm(root: Path, alloc_conf: str) -> bool:
     return True
 
 
-def stop_keepers(root: Path) -> int:
-    """Stop every keeper of the course at ``root`` (and so its server); how many were running."""
+def _live_locks(root: Path) -> list[Path]:
+    """The locks of the keepers running for the course at ``root``."""
     from oomlab.measure.warm import info_path
 
-    return sum(_stop(lock) for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")) if _locked(lock))
+    return [lock for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")) if _locked(lock)]
+
+
+def stop_keepers(root: Path) -> int:
+    """Stop every keeper of the course at ``root`` (and so its server); how many were running."""
+    return sum(_stop(lock) for lock in _live_locks(root))
 
 
 def kept(root: Path) -> list[dict]:
@@ -97,12 +102,8 @@ def kept(root: Path) -> list[dict]:
     imports torch) and how long since a check or run last used it, in seconds."""
     import json
 
-    from oomlab.measure.warm import info_path
-
     found = []
-    for lock in sorted(info_path(Path(root).resolve(), "").parent.glob("*.keeper")):
-        if not _locked(lock):
-            continue
+    for lock in _live_locks(root):
         try:
             settings = json.loads(lock.with_suffix(".json").read_text(encoding="utf-8"))["alloc_conf"]
         except (OSError, ValueError, KeyError, TypeError):

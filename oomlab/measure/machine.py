@@ -198,7 +198,8 @@ def torch_row(version: str | None) -> tuple[str, str, str]:
 
 
 def watch_servers(root) -> list[str]:
-    """The allocator settings of the ready servers that serve the course at ``root`` and no keeper keeps: `watch`'s."""
+    """The allocator settings of the ready servers that can serve the course at ``root``: where no keeper runs (as
+    :func:`kept_row` asks), `oomlab watch`'s."""
     import json
 
     from oomlab.measure.warm import WarmServer, info_path
