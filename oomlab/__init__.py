@@ -6,6 +6,7 @@ The package, by role (each subpackage's docstring says more)::
       course/       the course folder: manifests, progress, originals and reset, init, .oomlab/ state
       measure/      one fresh process per run under a budget: harness, child, statistics, the machine
       grading/      checks, the reference cache, the verdict, and the one truth check over the course
+      sizing/       a training step's bytes from its config: the decoder sized, measured, and estimators graded
       tools/        the workflow's tools, one package each (probe, analysis, presentation) on one base
       cli/          the ``oomlab`` command: the learner's loop, the tools, ``oomlab dev`` for maintainers
       site/         the mkdocs hooks that build the exercise pages, and the site's pictures

@@ -18,7 +18,7 @@ FLOORS = (
     {"oomlab", "units", "errors", "oom", "frames", "steps", "figure_names"},
     {"course"},  # the course folder: manifests, modules, state
     {"measure"},  # one process per run
-    {"grading", "tools"},  # what a run is judged by, and the workflow's tools
+    {"grading", "tools", "sizing"},  # what a run is judged by, the workflow's tools, and sizing a step before a run
     {"classroom", "oom_hook", "production"},  # grading in nbgrader, and outside the course
     {"bench", "site"},  # what maintainers measure and publish
     {"cli", "__main__"},  # the command line: the top floor

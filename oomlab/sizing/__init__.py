@@ -1,0 +1,33 @@
+"""Size a training step before running it: the model the course sizes, its configurations, and their measured bytes.
+
+A sizing question ("does this config train on 80 GB?") is answered from a
+configuration alone: the layers, the width, the sequence, the batch, the
+vocabulary, the dtype policy, the optimizer and whether blocks are checkpointed.
+This package holds the parts that every answer is checked against:
+
+- :mod:`oomlab.sizing.config`: a configuration, validated, as a plain dict and back;
+- :mod:`oomlab.sizing.model`: the decoder it describes and one training step of it,
+  the same code on the GPU and on the CPU;
+- :mod:`oomlab.sizing.measure`: one step's bytes read from the caching allocator on the
+  GPU (``torch.cuda.memory_allocated`` at each phase, ``max_memory_allocated`` for the peak);
+- :mod:`oomlab.sizing.tracker`: the same bytes counted on the CPU, where there is no
+  allocator to ask, by following every tensor the step makes from its creation to its
+  last reference (a cross-check: it sees no allocator rounding and no library workspace);
+- :mod:`oomlab.sizing.score`: how close an estimate came, against stated tolerances.
+
+The parts of a step (``PARTS``), each in bytes:
+
+- ``parameters``: the weights the optimizer steps and the model computes with;
+- ``gradients``: what ``.grad`` holds after ``backward()``;
+- ``optimizer_state``: what ``optimizer.step()`` keeps for the next step;
+- ``activations``: what the forward pass leaves allocated for the backward pass (the
+  saved tensors, the logits and the loss), with the parameters' gradients not yet made;
+- ``peak``: the most allocated at once in a step after the first, when the optimizer
+  state exists (the first step has none until its ``step()``).
+"""
+
+from __future__ import annotations
+
+PARTS = ("parameters", "gradients", "optimizer_state", "activations", "peak")
+
+__all__ = ["PARTS"]

@@ -1,0 +1,124 @@
+"""One training step of a config, taken apart into its parts' bytes (``oomlab.sizing.PARTS``).
+
+:func:`step_bytes` builds the model, runs two steps and reads a meter between the
+phases; the meter is the caching allocator on the GPU (:class:`CudaMeter`, the
+truth an estimate is graded against) or :class:`~oomlab.sizing.tracker.LiveBytes`
+on the CPU. Every reading follows a ``gc.collect()``: what a reference cycle holds
+is not counted as held.
+
+- ``parameters``: allocated after the model is built, over what was allocated before;
+- ``gradients`` (first step): allocated after ``backward()``, the loss dropped, over before the forward pass;
+- ``optimizer_state`` (first step): what ``step()`` left allocated;
+- ``activations`` (second step): allocated when the forward pass has returned the loss, over before it;
+- ``peak`` (second step): the most allocated during the step, over what was allocated before the model was built
+  (the model, its optimizer state and the batch are in it; a library's workspace made before is not).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+from oomlab.sizing import model as decoder
+from oomlab.sizing.config import TrainConfig
+
+__all__ = ["CudaMeter", "step_bytes", "warm_up"]
+
+
+class CudaMeter:
+    """The caching allocator's own figures for the current device."""
+
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated()
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated()
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+
+def warm_up(device: torch.device) -> None:
+    """A first matrix product forward and backward, in both precisions: cuBLAS takes its workspace from the allocator
+    at the first one and keeps it, and it belongs to no config's step."""
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(64, 64, device=device, dtype=dtype, requires_grad=True)
+        (a @ a).float().sum().backward()
+    del a
+    gc.collect()
+
+
+def step_bytes(cfg: TrainConfig, device: torch.device, meter) -> dict[str, int]:
+    """The config's parts, in bytes, read from ``meter`` (``allocated()``, ``peak()``, ``reset_peak()``)."""
+
+    def allocated() -> int:
+        gc.collect()
+        return meter.allocated()
+
+    torch.manual_seed(0)
+    base = allocated()
+    model, optimizer = decoder.build(cfg, device)
+    parameters = allocated() - base
+    tokens, targets = decoder.batch(cfg, device)
+
+    before = allocated()
+    loss = decoder.forward(cfg, model, tokens, targets)
+    loss.backward()
+    del loss
+    gradients = allocated() - before
+    optimizer.step()
+    optimizer_state = allocated() - before - gradients
+    optimizer.zero_grad(set_to_none=True)
+
+    meter.reset_peak()
+    before = allocated()
+    loss = decoder.forward(cfg, model, tokens, targets)
+    activations = allocated() - before
+    loss.backward()
+    del loss
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    peak = meter.peak() - base
+    return {
+        "parameters": parameters,
+        "gradients": gradients,
+        "optimizer_state": optimizer_state,
+        "activations": activations,
+        "peak": peak,
+    }
+
+
+def main() -> int:
+    """``python -m oomlab.sizing.measure``: the configs on stdin (a JSON list of dicts), their parts on stdout (JSON).
+
+    Run by the grader in a process of its own, on code of the course's: no learner's code runs here.
+    """
+    import json
+    import sys
+
+    from oomlab.sizing.config import config
+
+    configs = [config(c) for c in json.loads(sys.stdin.read())]
+    if not torch.cuda.is_available():
+        json.dump({"error": "no CUDA device is visible to torch"}, sys.stdout)
+        return 0
+    device = torch.device("cuda")
+    warm_up(device)
+    measured = []
+    for cfg in configs:
+        try:
+            measured.append(step_bytes(cfg, device, CudaMeter()))
+        except torch.cuda.OutOfMemoryError as err:
+            measured.append({"error": f"out of memory: {str(err).splitlines()[0]}"})
+        gc.collect()
+        torch.cuda.empty_cache()
+    json.dump(
+        {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "measured": measured},
+        sys.stdout,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

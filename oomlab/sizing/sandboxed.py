@@ -1,0 +1,230 @@
+"""Run a learner's estimator where it can neither measure nor read an answer: a sandboxed process with no GPU.
+
+An estimate is worth grading only if it was computed from the config. So the
+estimator's file runs in a child process of its own (:func:`run_estimator`) that,
+before any of the learner's code runs, takes away for good (Landlock, as a graded
+script's run does: :mod:`oomlab.measure.confine`):
+
+- the **GPU**: every ``/dev/nvidia*`` device file is hidden, so no CUDA context can
+  be made whatever the code does to ``CUDA_VISIBLE_DEVICES`` (which is emptied too);
+- the **answers**: the course folder (the reference estimator, the measured configs
+  cached in ``.oomlab/``, git's history), the package's copy of the course, and the
+  run's own files.
+
+The child loads the file as a module (its ``if __name__ == "__main__":`` part does
+not run), calls ``estimate(config)`` once per config with a fresh dict, and writes
+the answers as JSON on a pipe only it and the parent hold; what the code prints goes
+to the log. The parent checks every answer (:func:`oomlab.sizing.score.checked_estimate`);
+an answer is only ever the learner's own claim, so a forged one harms no one else.
+The estimates are all made before any config is measured, so no measurement of
+this grading exists yet while the estimator runs.
+
+The child imports only the standard library before the sandbox is in place: Landlock
+can only restrict a process that runs one thread.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from oomlab.errors import OomLabError
+from oomlab.sizing.score import checked_estimate
+
+__all__ = ["ANSWER_FD", "TIME_LIMIT_S", "gpu_devices", "run_estimator"]
+
+ANSWER_FD = "OOMLAB_ANSWER_FD"  # the descriptor the child writes its answers on
+TIME_LIMIT_S = 120.0  # for every config together: arithmetic takes milliseconds, a simulation on the CPU seconds
+LOG_TAIL = 2000  # characters of the estimator's output kept for an error message
+
+
+def gpu_devices() -> list[str]:
+    """The device files through which a process reaches an NVIDIA GPU (none on a machine without one)."""
+    return sorted(set(glob.glob("/dev/nvidia*")) | set(glob.glob("/dev/dri")))
+
+
+def run_estimator(
+    script: Path,
+    configs: list[dict],
+    course_root: Path | None,
+    sandbox_required: bool = True,
+    time_limit_s: float = TIME_LIMIT_S,
+) -> list[dict[str, float]]:
+    """``estimate(config)`` of ``script`` for each config, computed in the sandbox; an OomLabError says what went wrong.
+
+    ``sandbox_required=False`` runs it unconfined where this kernel cannot confine it (the message is then kept off
+    the grade by the caller); a grade always requires it.
+    """
+    from oomlab.measure import confine
+
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise OomLabError(f"{script} does not exist.", "Restore it with `oomlab reset`, or name the file that holds estimate().")
+    with tempfile.TemporaryDirectory(prefix="oomlab-estimate-") as tmp:
+        tmp = Path(tmp)
+        work = tmp / "work"
+        work.mkdir()
+        policy = confine.grading_policy(script, tmp, work, course_root, hide=tuple(map(Path, gpu_devices())))
+        request = {"script": str(script), "configs": configs, "policy": policy.to_json(), "required": sandbox_required}
+        log = tmp / "log.txt"
+        read_end, write_end = os.pipe()
+        env = {**os.environ, ANSWER_FD: str(write_end), "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+        env.update(TMPDIR=str(work), HOME=str(work), MPLCONFIGDIR=str(work))
+        with open(log, "wb") as out:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "oomlab.sizing.sandboxed"],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=work,
+                env=env,
+                pass_fds=(write_end,),
+                start_new_session=True,  # its whole group is stopped at the time limit
+            )
+        os.close(write_end)
+        try:
+            child.stdin.write(json.dumps(request).encode())
+            child.stdin.close()
+        except BrokenPipeError:
+            pass
+        answer = _read_until(read_end, child, time.monotonic() + time_limit_s)
+        status = child.wait()
+        tail = log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL:].strip()
+    if answer is None:
+        raise OomLabError(
+            f"{script.name}'s estimate() did not answer within {time_limit_s:.0f} s.",
+            "An estimate is arithmetic on the config: leave out loops over real tensors of the config's size.",
+        )
+    try:
+        reply = json.loads(answer)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict) or not ("estimates" in reply or "error" in reply):
+        raise OomLabError(
+            f"{script.name}'s estimator ended (exit status {status}) without its answers.\n{tail}".rstrip(),
+            "Run `python estimate.py` to see it fail, then check again.",
+        )
+    if "error" in reply:
+        raise OomLabError(str(reply["error"]), str(reply.get("todo", "")))
+    estimates = reply["estimates"]
+    if not isinstance(estimates, list) or len(estimates) != len(configs):
+        raise OomLabError(
+            f"{script.name}'s estimator answered {len(estimates) if isinstance(estimates, list) else 'no list'} of {len(configs)} configs."
+        )
+    return [checked_estimate(e, f"estimate() for config {i + 1}") for i, e in enumerate(estimates)]
+
+
+def _read_until(fd: int, child: subprocess.Popen, deadline: float) -> bytes | None:
+    """Everything written on ``fd`` until its writers close it, or None when the deadline comes first (the child's
+    group is then killed)."""
+    import selectors
+
+    chunks = []
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    _kill_group(child)
+                    return None
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    return b"".join(chunks)
+                chunks.append(data)
+        finally:
+            os.close(fd)
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        child.kill()
+
+
+# -- the child --------------------------------------------------------------------------------------------------------
+
+
+def _child() -> int:
+    answers = os.fdopen(int(os.environ.pop(ANSWER_FD)), "w", encoding="utf-8")
+    request = json.loads(sys.stdin.read())
+    script = request["script"]
+
+    def reply(**fields) -> int:
+        json.dump(fields, answers)
+        answers.close()
+        return 0
+
+    from oomlab.measure import sandbox  # standard library only
+
+    try:
+        sandbox.apply(sandbox.Policy.from_json(request["policy"]))
+    except sandbox.Unavailable as err:
+        if request["required"]:
+            return reply(
+                error=f"The estimator cannot be graded here: the sandbox that keeps it from the GPU and the answers is unavailable ({err}).",
+                todo="Grade on a Linux 5.13 or newer with Landlock enabled, as `oomlab doctor` describes.",
+            )
+    import runpy
+    import traceback
+
+    sys.path.insert(0, os.path.dirname(script))  # a helper module beside the estimator imports, as under python
+    try:
+        namespace = runpy.run_path(script, run_name="oomlab_estimate")
+    except BaseException as err:  # noqa: BLE001 - the learner's code may raise anything; the parent says what
+        return reply(
+            error=f"Loading {os.path.basename(script)} failed:\n{_last_frames(err, traceback)}", todo="Fix it, then check again."
+        )
+    estimate = namespace.get("estimate")
+    if not callable(estimate):
+        return reply(
+            error=f"{os.path.basename(script)} defines no function estimate(config).",
+            todo="Define it, as the exercise's file does.",
+        )
+    estimates = []
+    for i, cfg in enumerate(request["configs"], 1):
+        try:
+            estimates.append(_plain(estimate(dict(cfg))))
+        except BaseException as err:  # noqa: BLE001
+            return reply(
+                error=f"estimate() failed on config {i} ({_brief(cfg)}):\n{_last_frames(err, traceback)}",
+                todo="Run it on that config with `python estimate.py`, fix it, then check again.",
+            )
+    return reply(estimates=estimates)
+
+
+def _plain(value):
+    """The answer as JSON can carry it: numbers of any kind (numpy's, a tensor's item) become floats."""
+    if isinstance(value, dict):
+        out = {}
+        for key, number in value.items():
+            try:
+                out[str(key)] = number if isinstance(number, (int, float)) else float(number)
+            except (TypeError, ValueError):
+                out[str(key)] = repr(number)[:80]  # refused by the parent, with the value in the message
+        return out
+    try:
+        json.dumps(value)
+        return value  # not a dict, and refused by the parent, which names its type
+    except (TypeError, ValueError):
+        return repr(value)[:80]
+
+
+def _brief(cfg: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def _last_frames(err: BaseException, traceback) -> str:
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-3)).strip()
+
+
+if __name__ == "__main__":
+    sys.exit(_child())

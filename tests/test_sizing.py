@@ -1,0 +1,322 @@
+"""Sizing a training step, on the CPU: the configs, the count of a real step's bytes, the reference estimate against
+that count, the hidden configs, the scores, and the sandbox an estimator runs in. The GPU's measurement is the
+truth check's (``oomlab dev verify``); here the same step is counted tensor by tensor."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from oomlab.errors import OomLabError
+from oomlab.measure import sandbox
+from oomlab.sizing import PARTS
+from oomlab.sizing.config import OPTIMIZERS, PRECISIONS, TrainConfig, config
+from oomlab.sizing.hidden import COUNT, MOST_TOKENS, hidden_configs
+from oomlab.sizing.sandboxed import run_estimator
+from oomlab.sizing.score import TOLERANCE, checked_estimate, score
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "solutions" / "size-a-training-step" / "estimate.py"
+SMALL = dict(layers=2, width=64, heads=4, sequence=32, batch=2, vocabulary=300)
+
+
+def reference():
+    spec = importlib.util.spec_from_file_location("reference_estimate", REFERENCE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def counted(cfg: TrainConfig) -> dict[str, int]:
+    torch = pytest.importorskip("torch")
+    from oomlab.sizing.measure import step_bytes
+    from oomlab.sizing.tracker import LiveBytes
+
+    # The step collects garbage before each reading; the objects of the test session are none of its garbage, and
+    # frozen they are not walked again at every reading (a tenth of a second each).
+    gc.freeze()
+    try:
+        with LiveBytes() as live:
+            return step_bytes(cfg, torch.device("cpu"), live)
+    finally:
+        gc.unfreeze()
+
+
+# -- configs ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_config_is_checked_field_by_field():
+    assert config(SMALL) == TrainConfig(**SMALL)
+    for bad, said in (
+        ({**SMALL, "width": 66}, "must divide by its heads"),
+        ({**SMALL, "layers": 0}, "layers must be at least 1"),
+        ({**SMALL, "batch": 2.0}, "batch must be a int"),
+        ({**SMALL, "checkpointing": 1}, "checkpointing must be a bool"),
+        ({**SMALL, "layers": True}, "layers must be a int"),
+        ({**SMALL, "precision": "fp16"}, "precision must be one of fp32, bf16-autocast, bf16"),
+        ({**SMALL, "dropout": 0.1}, "has no field dropout"),
+        ({k: v for k, v in SMALL.items() if k != "vocabulary"}, "lacks vocabulary"),
+        ([1, 2], "not list"),
+    ):
+        with pytest.raises(OomLabError, match=said):
+            config(bad)
+
+
+# -- the step, counted on the CPU -------------------------------------------------------------------------------------
+
+
+def test_the_count_of_a_step_sees_each_tensor_once_and_lets_it_go():
+    torch = pytest.importorskip("torch")
+    from oomlab.sizing.tracker import LiveBytes
+
+    with LiveBytes() as live:
+        a = torch.ones(1000)
+        view = a[10:]  # a view of a's storage: nothing new
+        b = a * 2
+        assert live.allocated() == 8000 and view.numel() == 990
+        del a, view
+        assert live.allocated() == 4000  # a's storage went with its last view
+        c = torch.empty(250)  # noqa: F841 - held, so the peak stays at what was live at once
+        live.reset_peak()
+        del b
+        assert live.allocated() == 1000 and live.peak() == 5000
+
+
+def test_the_counted_parts_are_the_tensors_the_step_holds():
+    torch = pytest.importorskip("torch")
+    from oomlab.sizing import model as decoder
+
+    cfg = config({**SMALL, "optimizer": "adamw"})
+    parts = counted(cfg)
+    net, _ = decoder.build(cfg, torch.device("cpu"))
+    n = sum(p.numel() for p in net.parameters())
+    assert parts["parameters"] == parts["gradients"] == 4 * n
+    # AdamW's two running averages per weight; on the CPU its step counters (one 4-byte tensor each) are counted too
+    assert parts["optimizer_state"] == 8 * n + 4 * len(list(net.parameters()))
+    assert parts["activations"] > 0 and parts["peak"] > parts["parameters"] + parts["optimizer_state"] + parts["activations"]
+
+
+def test_checkpointing_keeps_fewer_activations_and_sgd_keeps_no_state():
+    plain = counted(config({**SMALL, "optimizer": "sgd"}))
+    checkpointed = counted(config({**SMALL, "optimizer": "sgd", "checkpointing": True}))
+    assert plain["optimizer_state"] == 0
+    assert checkpointed["activations"] < plain["activations"] / 2
+    assert checkpointed["parameters"] == plain["parameters"]
+
+
+# -- the reference estimate against the count -------------------------------------------------------------------------
+
+
+def small_configs(seed: int, count: int):
+    """Configs shaped like the hidden ones, small enough to count on the CPU in a second each."""
+    rng = random.Random(seed)
+    for i in range(count):
+        heads = rng.choice((2, 4, 8))
+        yield config(
+            dict(
+                layers=rng.randint(1, 4),
+                width=heads * rng.choice((16, 32)),
+                heads=heads,
+                sequence=rng.choice((32, 64, 128)),
+                batch=rng.randint(1, 4),
+                vocabulary=rng.choice((500, 2000, 4000)),
+                precision=list(PRECISIONS)[i % 3],
+                optimizer=list(OPTIMIZERS)[i % 4],
+                checkpointing=i % 2 == 1,
+            )
+        )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_reference_estimate_agrees_with_the_count_within_the_tolerances(seed):
+    """Exactly for what a dtype and a count decide, to the byte for the saved activations, and within the peak's
+    tolerance (the count has no allocator rounding and no library workspace; the GPU's measurement decides)."""
+    pytest.importorskip("torch")
+    ref = reference()
+    for cfg in small_configs(seed, 12):
+        estimate, parts = ref.estimate(cfg.as_dict()), counted(cfg)
+        assert estimate["parameters"] == parts["parameters"] and estimate["gradients"] == parts["gradients"], cfg
+        # Adafactor and AdamW keep a 4-byte step counter per tensor, on the CPU even for a GPU's weights
+        assert abs(estimate["optimizer_state"] - parts["optimizer_state"]) <= 4 * 200, cfg
+        assert abs(estimate["activations"] - parts["activations"]) <= 16, cfg  # the loss and its total weight
+        assert abs(estimate["peak"] - parts["peak"]) <= TOLERANCE["peak"] * parts["peak"], cfg
+
+
+def test_a_naive_estimate_scores_low():
+    """Parameters times four bytes for every part: right for the weights and gradients of fp32 only."""
+    pytest.importorskip("torch")
+    for cfg in small_configs(2, 6):
+        n = reference().parameter_count(cfg.as_dict())
+        naive = dict.fromkeys(PARTS, 4.0 * n)
+        within = [s.part for s in score(naive, counted(cfg)) if s.within]
+        assert not {"activations", "peak"} & set(within), cfg
+
+
+# -- hidden configs ---------------------------------------------------------------------------------------------------
+
+
+def test_the_hidden_configs_follow_the_source_and_cover_every_precision_and_optimizer():
+    first = hidden_configs(b"def estimate(cfg): ...")
+    assert first == hidden_configs(b"def estimate(cfg): ...")  # the same code is graded on the same configs
+    assert first != hidden_configs(b"def estimate(cfg): ...  # changed")
+    for source in (b"a", b"b", b"c"):
+        drawn = hidden_configs(source)
+        assert len(drawn) == COUNT
+        assert {c.precision for c in drawn} == set(PRECISIONS)
+        assert {c.optimizer for c in drawn} == set(OPTIMIZERS)
+        assert sum(c.checkpointing for c in drawn) == COUNT // 2
+        assert all(c.tokens <= MOST_TOKENS and c.width % c.heads == 0 for c in drawn)
+    assert "adafactor" not in {c.optimizer for c in hidden_configs(b"a", optimizers=("adamw", "sgd", "sgd-momentum"))}
+
+
+# -- scores -----------------------------------------------------------------------------------------------------------
+
+
+def test_each_part_is_scored_against_its_own_tolerance():
+    measured = {"parameters": 1000, "gradients": 1000, "optimizer_state": 0, "activations": 1000, "peak": 1000}
+    estimate = {"parameters": 1020, "gradients": 1021, "optimizer_state": 0, "activations": 899, "peak": 1150}
+    assert [(s.part, s.within) for s in score(estimate, measured)] == [
+        ("parameters", True),
+        ("gradients", False),
+        ("optimizer_state", True),
+        ("activations", False),
+        ("peak", True),
+    ]
+    assert not score({**estimate, "optimizer_state": 1}, measured)[2].within  # any guess at nothing is wrong
+
+
+def test_an_answer_that_is_not_bytes_for_every_part_says_what_is_wrong():
+    good = dict.fromkeys(PARTS, 1)
+    assert checked_estimate(good, "x") == dict.fromkeys(PARTS, 1.0)
+    for bad, said in (
+        ([1], "returned list, not a dict"),
+        ({"parameters": 1}, "has no gradients, optimizer_state, activations, peak"),
+        ({**good, "peak": -1}, "peak is -1"),
+        ({**good, "peak": float("nan")}, "peak is nan"),
+        ({**good, "peak": True}, "peak is True"),
+        ({**good, "peak": "1 GiB"}, "peak is '1 GiB'"),
+    ):
+        with pytest.raises(OomLabError, match=said):
+            checked_estimate(bad, "estimate()")
+
+
+# -- the sandbox ------------------------------------------------------------------------------------------------------
+
+
+def landlock():
+    abi, why = sandbox.availability()
+    if not abi:
+        pytest.skip(f"no Landlock here: {why}")
+
+
+def write(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "estimate.py"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+CONFIGS = [dict(SMALL, precision="fp32", optimizer="adamw", checkpointing=False)] * 2
+
+
+def test_the_estimator_answers_from_its_sandbox_and_its_prints_stay_out_of_the_answer(tmp_path):
+    landlock()
+    course = tmp_path / "course"
+    script = write(
+        course / "exercises" / "size",
+        """
+        import helper
+        print("thinking out loud")
+        def estimate(cfg):
+            print(cfg)
+            return {part: helper.BYTES * cfg["layers"] for part in
+                    ("parameters", "gradients", "optimizer_state", "activations", "peak")}
+        if __name__ == "__main__":
+            raise SystemExit("the demo is not run")
+        """,
+    )
+    (script.parent / "helper.py").write_text("BYTES = 10\n")
+    assert run_estimator(script, CONFIGS, course) == [dict.fromkeys(PARTS, 20.0)] * 2
+
+
+def test_the_estimator_can_read_no_answer_and_reach_no_gpu(tmp_path):
+    landlock()
+    course = tmp_path / "course"
+    (course / ".oomlab").mkdir(parents=True)
+    (course / ".oomlab" / "measured.json").write_text("{}")
+    (course / "solutions").mkdir()
+    script = write(
+        course / "exercises" / "size",
+        f"""
+        import os
+        seen = {{}}
+        for name, path in (("answers", {str(course / ".oomlab" / "measured.json")!r}),
+                           ("solutions", {str(course / "solutions")!r}),
+                           ("parent", "/proc/%d/mem" % os.getppid())):
+            try:
+                os.listdir(path) if name == "solutions" else open(path).read()
+                seen[name] = 1.0
+            except OSError:
+                seen[name] = 0.0
+        def estimate(cfg):
+            return {{"parameters": seen["answers"], "gradients": seen["parent"], "optimizer_state": 0,
+                    "activations": float(os.environ.get("CUDA_VISIBLE_DEVICES") == ""), "peak": 0}}
+        """,
+    )
+    (answer,) = run_estimator(script, CONFIGS[:1], course)
+    assert answer["parameters"] == 0.0 and answer["gradients"] == 0.0  # neither the cache nor the parent's memory
+    assert answer["activations"] == 1.0  # and CUDA sees no device, besides the device files it cannot open
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("def estimate(cfg):\n    return 1 / 0\n", r"(?s)estimate\(\) failed on config 1 \(layers=2.*ZeroDivisionError"),
+        ("x = (\n", r"(?s)Loading estimate.py failed:\n.*SyntaxError"),
+        ("def estimat(cfg):\n    pass\n", r"defines no function estimate\(config\)"),
+        ("def estimate(cfg):\n    return [1]\n", r"config 1 returned list, not a dict"),
+        ("import os\ndef estimate(cfg):\n    os._exit(3)\n", r"ended \(exit status 3\) without its answers"),
+    ],
+)
+def test_an_estimator_that_fails_says_how(tmp_path, text, said):
+    landlock()
+    with pytest.raises(OomLabError, match=said):
+        run_estimator(write(tmp_path / "ex", text), CONFIGS[:1], tmp_path)
+
+
+def test_an_estimator_that_never_answers_is_stopped(tmp_path):
+    landlock()
+    script = write(tmp_path / "ex", "import time\ndef estimate(cfg):\n    time.sleep(60)\n")
+    with pytest.raises(OomLabError, match="did not answer within 1 s"):
+        run_estimator(script, CONFIGS[:1], tmp_path, time_limit_s=1)
+
+
+def test_measuring_without_a_gpu_says_so():
+    pytest.importorskip("torch")
+    import torch
+
+    from oomlab.sizing.grade import measure_configs
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the truth check measures there")
+    with pytest.raises(OomLabError, match="no CUDA device is visible to torch"):
+        measure_configs([config(SMALL)])
+
+
+def test_the_measuring_child_reads_configs_and_refuses_a_bad_one():
+    done = subprocess.run(
+        [sys.executable, "-m", "oomlab.sizing.measure"],
+        input=json.dumps([{**SMALL, "heads": 5}]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "must divide by its heads" in done.stderr
