@@ -11,7 +11,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 
 from oomlab.errors import OomLabError
 
-__all__ = ["OPTIMIZERS", "PRECISIONS", "TrainConfig", "config"]
+__all__ = ["OPTIMIZERS", "PRECISIONS", "TrainConfig", "checked_fields", "config"]
 
 # How the weights are kept and the step computes:
 PRECISIONS = {
@@ -50,29 +50,34 @@ class TrainConfig:
         return self.batch * self.sequence
 
 
-def config(data: dict) -> TrainConfig:
-    """``data`` as a :class:`TrainConfig`: every field present with its type, nothing else, every value in range."""
+def checked_fields(cls, data, what: str) -> dict:
+    """The fields of dataclass ``cls`` in ``data``, each present (or defaulted) with its own type, and nothing else;
+    ``what`` names the config in each message ("training config")."""
     if not isinstance(data, dict):
-        raise OomLabError(f"A training config is a table of fields, not {type(data).__name__}.")
-    names = [f.name for f in fields(TrainConfig)]
+        raise OomLabError(f"A {what} is a table of fields, not {type(data).__name__}.")
+    names = [f.name for f in fields(cls)]
     unknown = sorted(set(data) - set(names))
     if unknown:
-        raise OomLabError(f"A training config has no field {', '.join(unknown)}; its fields are {', '.join(names)}.")
+        raise OomLabError(f"A {what} has no field {', '.join(unknown)}; its fields are {', '.join(names)}.")
     values = {}
-    for f in fields(TrainConfig):
+    for f in fields(cls):
         if f.name not in data:
             if f.default is MISSING:
-                raise OomLabError(f"The training config lacks {f.name}.")
+                raise OomLabError(f"The {what} lacks {f.name}.")
             continue
         value = data[f.name]
         want = {"int": int, "str": str, "bool": bool}[f.type]
         if type(value) is not want:  # bool is an int: say True where a count is meant, and it is refused
-            raise OomLabError(f"The training config's {f.name} must be a {f.type}, not {value!r}.")
+            raise OomLabError(f"The {what}'s {f.name} must be a {f.type}, not {value!r}.")
+        if want is int and value < 1:
+            raise OomLabError(f"The {what}'s {f.name} must be at least 1, not {value}.")
         values[f.name] = value
-    cfg = TrainConfig(**values)
-    for name in ("layers", "width", "heads", "sequence", "batch", "vocabulary"):
-        if getattr(cfg, name) < 1:
-            raise OomLabError(f"The training config's {name} must be at least 1, not {getattr(cfg, name)}.")
+    return values
+
+
+def config(data: dict) -> TrainConfig:
+    """``data`` as a :class:`TrainConfig`: every field present with its type, nothing else, every value in range."""
+    cfg = TrainConfig(**checked_fields(TrainConfig, data, "training config"))
     if cfg.width % cfg.heads:
         raise OomLabError(f"The training config's width ({cfg.width}) must divide by its heads ({cfg.heads}).")
     for name, known in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS)):

@@ -63,11 +63,17 @@ def available_optimizers() -> list[str]:
     return [o for o in OPTIMIZERS if o != "adafactor" or (major, minor) >= (2, 5)]
 
 
-def measure_configs(configs: list[TrainConfig], time_limit_s: float = MEASURE_TIME_LIMIT_S) -> tuple[list[dict], str, str]:
-    """Each config's parts measured on this GPU in a fresh process of the course's code; (parts, GPU, torch)."""
+def measure_configs(
+    configs: list, module: str = "oomlab.sizing.measure", time_limit_s: float = MEASURE_TIME_LIMIT_S
+) -> tuple[list[dict], str, str]:
+    """Each config's parts measured on this GPU in a fresh process of the course's code; (parts, GPU, torch).
+
+    ``module`` measures them (:func:`oomlab.sizing.measure.serve`): training steps, or ``oomlab.sizing.decode``'s
+    generations.
+    """
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "oomlab.sizing.measure"],
+            [sys.executable, "-m", module],
             input=json.dumps([c.as_dict() for c in configs]),
             capture_output=True,
             text=True,

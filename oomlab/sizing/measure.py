@@ -23,7 +23,7 @@ import torch
 from oomlab.sizing import model as decoder
 from oomlab.sizing.config import TrainConfig
 
-__all__ = ["CudaMeter", "step_bytes", "warm_up"]
+__all__ = ["CudaMeter", "serve", "step_bytes", "warm_up"]
 
 
 class CudaMeter:
@@ -89,17 +89,16 @@ def step_bytes(cfg: TrainConfig, device: torch.device, meter) -> dict[str, int]:
     }
 
 
-def main() -> int:
-    """``python -m oomlab.sizing.measure``: the configs on stdin (a JSON list of dicts), their parts on stdout (JSON).
+def serve(parse, measure_one) -> int:
+    """Measure configs for the grader: JSON dicts on stdin, each turned into a config by ``parse`` and measured on the
+    GPU by ``measure_one(cfg, device, meter)``; ``{"gpu", "torch", "measured": [...]}`` on stdout (JSON).
 
-    Run by the grader in a process of its own, on code of the course's: no learner's code runs here.
+    Run in a process of its own, on code of the course's: no learner's code runs here.
     """
     import json
     import sys
 
-    from oomlab.sizing.config import config
-
-    configs = [config(c) for c in json.loads(sys.stdin.read())]
+    configs = [parse(c) for c in json.loads(sys.stdin.read())]
     if not torch.cuda.is_available():
         json.dump({"error": "no CUDA device is visible to torch"}, sys.stdout)
         return 0
@@ -108,17 +107,16 @@ def main() -> int:
     measured = []
     for cfg in configs:
         try:
-            measured.append(step_bytes(cfg, device, CudaMeter()))
+            measured.append(measure_one(cfg, device, CudaMeter()))
         except torch.cuda.OutOfMemoryError as err:
             measured.append({"error": f"out of memory: {str(err).splitlines()[0]}"})
         gc.collect()
         torch.cuda.empty_cache()
-    json.dump(
-        {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "measured": measured},
-        sys.stdout,
-    )
+    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "measured": measured}, sys.stdout)
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # python -m oomlab.sizing.measure: training steps
+    from oomlab.sizing.config import config
+
+    raise SystemExit(serve(config, step_bytes))
