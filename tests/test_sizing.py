@@ -320,3 +320,55 @@ def test_the_measuring_child_reads_configs_and_refuses_a_bad_one():
         timeout=120,
     )
     assert done.returncode != 0 and "must divide by its heads" in done.stderr
+
+
+# -- grading an estimator ---------------------------------------------------------------------------------------------
+
+
+def test_the_hidden_generation_configs_follow_the_source_and_cover_each_kind_of_attention():
+    from oomlab.sizing.hidden import hidden_decode_configs, rough_decode_bytes
+
+    first = hidden_decode_configs(b"def estimate(cfg): ...")
+    assert first == hidden_decode_configs(b"def estimate(cfg): ...") != hidden_decode_configs(b"# changed")
+    for source in (b"a", b"b", b"c"):
+        drawn = hidden_decode_configs(source)
+        kinds = {"multi-query" if c.kv_heads == 1 else "multi-head" if c.kv_heads == c.heads else "grouped" for c in drawn}
+        assert kinds == {"multi-query", "grouped", "multi-head"}
+        assert {c.precision for c in drawn} == {"fp32", "bf16"}
+        assert all(c.heads % c.kv_heads == 0 and rough_decode_bytes(c) <= 8 << 30 for c in drawn)
+
+
+def test_an_estimator_is_graded_part_by_part_against_what_was_measured(tmp_path, monkeypatch):
+    """The grading's logic with the GPU stood in for: each hidden config "measured" at the reference estimate times a
+    factor; the estimator itself runs in its sandbox."""
+    landlock()
+    import oomlab.sizing.grade as grade
+
+    def measured_as(factor):
+        def measure(configs, module, time_limit_s=0):
+            assert module == "oomlab.sizing.measure"
+            return [{k: int(v * factor) for k, v in reference().estimate(c.as_dict()).items()} for c in configs], "GPU", "t"
+
+        return measure
+
+    script = write(tmp_path / "ex", REFERENCE.read_text(encoding="utf-8"))
+    monkeypatch.setattr(grade, "measure_configs", measured_as(1.0))
+    report = grade.grade_estimator(script, None)
+    assert report.passed and report.within == report.total == COUNT * len(PARTS) and report.gpu == "GPU"
+    assert report.configs == hidden_configs(script.read_bytes(), grade.available_optimizers())
+
+    monkeypatch.setattr(grade, "measure_configs", measured_as(1.12))  # 11% short of every figure
+    report = grade.grade_estimator(script, None)
+    failed = {s.part for row in report.scores for s in row if not s.within}
+    assert not report.passed and "peak" not in failed and {"parameters", "activations"} <= failed
+
+
+def test_measuring_failures_are_the_machines_and_say_so(monkeypatch):
+    import oomlab.sizing.grade as grade
+
+    monkeypatch.setattr(
+        grade.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps({"error": "no CUDA device"}), "")
+    )
+    with pytest.raises(grade.MeasuringFailed, match="cannot be measured here: no CUDA device") as err:
+        grade.measure_configs([config(SMALL)])
+    assert isinstance(err.value, OomLabError) and "machine with one" in err.value.todo

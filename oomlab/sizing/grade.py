@@ -1,11 +1,14 @@
-"""Grade an estimator: its answers for hidden configs, each against a real step of that config measured on the GPU.
+"""Grade an estimator: its answers for hidden configs, each against a real run of that config measured on the GPU.
 
 1. the configs are drawn from the estimator's source (:mod:`oomlab.sizing.hidden`);
 2. the estimator answers for all of them in its sandbox, with no GPU and no answers
    in reach (:mod:`oomlab.sizing.sandboxed`);
-3. only then is each config trained for two steps on this GPU, by the course's own
-   code in a process of its own (``python -m oomlab.sizing.measure``);
+3. only then is each config run on this GPU, by the course's own code in a process
+   of its own (``python -m oomlab.sizing.measure`` for a training step, ``-m
+   oomlab.sizing.decode`` for a generation);
 4. each part of each answer is scored against its tolerance (:mod:`oomlab.sizing.score`).
+
+What is sized (:data:`SIZED`) decides the configs, the parts and the measuring.
 """
 
 from __future__ import annotations
@@ -13,45 +16,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 from oomlab.errors import OomLabError
 from oomlab.sizing import PARTS
-from oomlab.sizing.config import OPTIMIZERS, TrainConfig
-from oomlab.sizing.hidden import COUNT, hidden_configs
+from oomlab.sizing.config import OPTIMIZERS
+from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE
+from oomlab.sizing.hidden import COUNT, hidden_configs, hidden_decode_configs
 from oomlab.sizing.sandboxed import run_estimator
-from oomlab.sizing.score import PartScore, score
+from oomlab.sizing.score import TOLERANCE, PartScore, score
 
-__all__ = ["SizingReport", "available_optimizers", "grade_estimator", "measure_configs"]
+__all__ = ["SIZED", "MeasuringFailed", "Sized", "SizingReport", "available_optimizers", "grade_estimator", "measure_configs"]
 
 MEASURE_TIME_LIMIT_S = 300.0
 
 
-@dataclass
-class SizingReport:
-    configs: list[TrainConfig]
-    estimates: list[dict[str, float]]
-    measured: list[dict[str, int]]
-    gpu: str = ""
-    torch: str = ""
-    scores: list[list[PartScore]] = field(init=False)
-
-    def __post_init__(self):
-        self.scores = [score(e, m) for e, m in zip(self.estimates, self.measured, strict=True)]
-
-    @property
-    def within(self) -> int:
-        return sum(s.within for row in self.scores for s in row)
-
-    @property
-    def total(self) -> int:
-        return len(self.configs) * len(PARTS)
-
-    @property
-    def passed(self) -> bool:
-        return self.within == self.total
+class MeasuringFailed(OomLabError):
+    """The configs could not be measured on this machine: its problem, not the estimator's."""
 
 
 def available_optimizers() -> list[str]:
@@ -63,13 +47,59 @@ def available_optimizers() -> list[str]:
     return [o for o in OPTIMIZERS if o != "adafactor" or (major, minor) >= (2, 5)]
 
 
-def measure_configs(
-    configs: list, module: str = "oomlab.sizing.measure", time_limit_s: float = MEASURE_TIME_LIMIT_S
-) -> tuple[list[dict], str, str]:
+@dataclass(frozen=True)
+class Sized:
+    """One kind of thing an estimator sizes."""
+
+    name: str
+    module: str  # measures its configs on the GPU: python -m MODULE
+    tolerance: dict[str, float]  # its parts, in order, each with its tolerance
+    draw: Callable[[bytes, int], list]  # (the estimator's source, how many) -> the hidden configs
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return tuple(self.tolerance)
+
+
+SIZED = {
+    "train": Sized(
+        "train", "oomlab.sizing.measure", TOLERANCE, lambda source, count: hidden_configs(source, available_optimizers(), count)
+    ),
+    "decode": Sized("decode", "oomlab.sizing.decode", DECODE_TOLERANCE, hidden_decode_configs),
+}
+assert SIZED["train"].parts == PARTS and SIZED["decode"].parts == DECODE_PARTS
+
+
+@dataclass
+class SizingReport:
+    sized: Sized
+    configs: list
+    estimates: list[dict[str, float]]
+    measured: list[dict[str, int]]
+    gpu: str = ""
+    torch: str = ""
+    scores: list[list[PartScore]] = field(init=False)
+
+    def __post_init__(self):
+        self.scores = [score(e, m, self.sized.tolerance) for e, m in zip(self.estimates, self.measured, strict=True)]
+
+    @property
+    def within(self) -> int:
+        return sum(s.within for row in self.scores for s in row)
+
+    @property
+    def total(self) -> int:
+        return len(self.configs) * len(self.sized.parts)
+
+    @property
+    def passed(self) -> bool:
+        return self.within == self.total
+
+
+def measure_configs(configs: list, module: str = SIZED["train"].module, time_limit_s: float = MEASURE_TIME_LIMIT_S):
     """Each config's parts measured on this GPU in a fresh process of the course's code; (parts, GPU, torch).
 
-    ``module`` measures them (:func:`oomlab.sizing.measure.serve`): training steps, or ``oomlab.sizing.decode``'s
-    generations.
+    ``module`` measures them (:func:`oomlab.sizing.measure.serve`). An OomLabError says why they could not be.
     """
     try:
         done = subprocess.run(
@@ -80,7 +110,7 @@ def measure_configs(
             timeout=time_limit_s,
         )
     except subprocess.TimeoutExpired:
-        raise OomLabError(
+        raise MeasuringFailed(
             f"Measuring {len(configs)} configs on the GPU took over {time_limit_s:.0f} s.",
             "Another job may hold the GPU: see `nvidia-smi`, then check again.",
         ) from None
@@ -90,25 +120,38 @@ def measure_configs(
         reply = None
     if not isinstance(reply, dict):
         tail = (done.stderr or "").strip()[-1500:]
-        raise OomLabError(f"Measuring the configs on the GPU failed (exit status {done.returncode}).\n{tail}".rstrip())
+        raise MeasuringFailed(f"Measuring the configs on the GPU failed (exit status {done.returncode}).\n{tail}".rstrip())
     if "error" in reply:
-        raise OomLabError(
+        raise MeasuringFailed(
             f"The configs cannot be measured here: {reply['error']}.",
-            "An estimate is graded against real steps on a GPU: check on a machine with one (`oomlab doctor` says what this one has).",
+            "An estimate is graded against real runs on a GPU: check on a machine with one (`oomlab doctor` says what this one has).",
         )
     for cfg, measured in zip(configs, reply["measured"], strict=True):
         if "error" in measured:
-            raise OomLabError(f"Measuring {cfg} ran {measured['error']}.", "Free the GPU of other jobs, then check again.")
+            raise MeasuringFailed(f"Measuring {cfg} ran {measured['error']}.", "Free the GPU of other jobs, then check again.")
     return reply["measured"], reply["gpu"], reply["torch"]
 
 
-def grade_estimator(script: Path, course_root: Path | None, count: int = COUNT, sandbox_required: bool = True) -> SizingReport:
-    """The estimator in ``script`` graded on ``count`` configs drawn from its source."""
+def estimator_source(script: Path) -> bytes:
+    """What the hidden configs are drawn from: the file's text (any change to the estimator draws new ones)."""
+    return script.read_bytes()
+
+
+def grade_estimator(
+    script: Path,
+    course_root: Path | None,
+    sized: str = "train",
+    count: int = COUNT,
+    sandbox_required: bool = True,
+    hide: tuple[Path, ...] = (),
+) -> SizingReport:
+    """The ``estimate()`` in ``script`` graded on ``count`` configs of :data:`SIZED` ``[sized]`` drawn from its source;
+    ``hide`` keeps more folders from it (a class's)."""
     script = Path(script)
     if not script.is_file():
         raise OomLabError(f"{script} does not exist.", "Restore it with `oomlab reset`, or name the file that holds estimate().")
-    source = script.read_bytes()
-    configs = hidden_configs(source, available_optimizers(), count)
-    estimates = run_estimator(script, [c.as_dict() for c in configs], course_root, sandbox_required)
-    measured, gpu, torch_version = measure_configs(configs)
-    return SizingReport(configs, estimates, measured, gpu, torch_version)
+    kind = SIZED[sized]
+    configs = kind.draw(estimator_source(script), count)
+    estimates = run_estimator(script, [c.as_dict() for c in configs], course_root, sandbox_required, hide=hide, parts=kind.parts)
+    measured, gpu, torch_version = measure_configs(configs, kind.module)
+    return SizingReport(kind, configs, estimates, measured, gpu, torch_version)

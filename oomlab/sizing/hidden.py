@@ -16,8 +16,10 @@ import random
 from collections.abc import Iterable
 
 from oomlab.sizing.config import OPTIMIZERS, PRECISIONS, TrainConfig
+from oomlab.sizing.decode_config import PRECISIONS as DECODE_PRECISIONS
+from oomlab.sizing.decode_config import DecodeConfig
 
-__all__ = ["COUNT", "SPACE", "hidden_configs"]
+__all__ = ["COUNT", "DECODE_SPACE", "SPACE", "hidden_configs", "hidden_decode_configs"]
 
 COUNT = 6  # configs per grading
 SPACE = {
@@ -29,7 +31,7 @@ SPACE = {
     "vocabulary": (8192, 16384, 32000, 50304),
 }
 MOST_TOKENS = 8192  # batch x sequence
-MOST_BYTES = 24 << 30  # a generous bound on a config's step, so that none needs more than a share of one GPU
+MOST_BYTES = 8 << 30  # a generous bound on a config's bytes (actual ones stay well under): no more than an exercise's budget
 
 
 def rough_bytes(cfg: TrainConfig) -> int:
@@ -39,9 +41,13 @@ def rough_bytes(cfg: TrainConfig) -> int:
     return 24 * parameters + cfg.layers * 80 * tokens * width + 16 * tokens * cfg.vocabulary
 
 
+def _seeded(source: bytes, kind: bytes) -> random.Random:
+    return random.Random(hashlib.sha256(b"oomlab-sizing\0" + kind + b"\0" + source).digest())
+
+
 def hidden_configs(source: bytes, optimizers: Iterable[str] = OPTIMIZERS, count: int = COUNT) -> list[TrainConfig]:
     """``count`` configs for the estimator whose source is ``source``, with only the ``optimizers`` this torch has."""
-    rng = random.Random(hashlib.sha256(b"oomlab-sizing\0" + source).digest())
+    rng = _seeded(source, b"train")
     optimizers = [o for o in OPTIMIZERS if o in set(optimizers)]
     precisions = list(PRECISIONS)
     # Each precision and optimizer in turn, in an order of the seed's choosing; checkpointing every other config.
@@ -65,5 +71,52 @@ def hidden_configs(source: bytes, optimizers: Iterable[str] = OPTIMIZERS, count:
             checkpointing=checkpointing[i],
         )
         if cfg.tokens <= MOST_TOKENS and rough_bytes(cfg) <= MOST_BYTES:
+            configs.append(cfg)
+    return configs
+
+
+DECODE_SPACE = {
+    "layers": range(2, 17),
+    "head_width": (64, 128),
+    "heads": (8, 16, 32),
+    "groups": (1, 2, 4, 8, 0),  # query heads per key and value head; 0: none shared (multi-head attention)
+    "prompt": (16, 128, 512, 2048, 4096),
+    "new_tokens": (16, 128, 512, 2048),
+    "batch": (1, 2, 4, 8, 16),
+    "vocabulary": (8192, 32000, 50304),
+}
+
+
+def rough_decode_bytes(cfg: DecodeConfig) -> int:
+    """An upper bound on a generation's bytes, far above any good estimate: only to keep the drawn configs small."""
+    width, s = cfg.width, 4 if cfg.precision == "fp32" else 2
+    weights = cfg.layers * 13 * width * width + 2 * cfg.vocabulary * width + cfg.context * width
+    return s * (weights + 4 * cfg.layers * cfg.batch * cfg.context * width + 12 * cfg.batch * cfg.context * width)
+
+
+def hidden_decode_configs(source: bytes, count: int = COUNT) -> list[DecodeConfig]:
+    """``count`` generation configs for the estimator whose source is ``source``: both precisions in turn, and
+    multi-head, grouped and multi-query attention among them."""
+    rng = _seeded(source, b"decode")
+    precisions = list(DECODE_PRECISIONS)
+    rng.shuffle(precisions)
+    configs = []
+    while len(configs) < count:
+        heads = rng.choice(DECODE_SPACE["heads"])
+        group = rng.choice(DECODE_SPACE["groups"])
+        if len(configs) < 3:  # the first three: multi-query, grouped and multi-head attention, whatever the draw
+            group = (heads, 4, 1)[len(configs)]
+        cfg = DecodeConfig(
+            layers=rng.choice(DECODE_SPACE["layers"]),
+            width=heads * rng.choice(DECODE_SPACE["head_width"]),
+            heads=heads,
+            kv_heads=heads // group if group else heads,
+            prompt=rng.choice(DECODE_SPACE["prompt"]),
+            new_tokens=rng.choice(DECODE_SPACE["new_tokens"]),
+            batch=rng.choice(DECODE_SPACE["batch"]),
+            vocabulary=rng.choice(DECODE_SPACE["vocabulary"]),
+            precision=precisions[len(configs) % len(precisions)],
+        )
+        if rough_decode_bytes(cfg) <= MOST_BYTES:
             configs.append(cfg)
     return configs

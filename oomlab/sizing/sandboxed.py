@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from oomlab.errors import OomLabError
+from oomlab.sizing import PARTS
 from oomlab.sizing.score import checked_estimate
 
 __all__ = ["ANSWER_FD", "TIME_LIMIT_S", "gpu_devices", "run_estimator"]
@@ -56,11 +57,14 @@ def run_estimator(
     course_root: Path | None,
     sandbox_required: bool = True,
     time_limit_s: float = TIME_LIMIT_S,
+    hide: tuple[Path, ...] = (),
+    parts: tuple[str, ...] = PARTS,
 ) -> list[dict[str, float]]:
     """``estimate(config)`` of ``script`` for each config, computed in the sandbox; an OomLabError says what went wrong.
 
     ``sandbox_required=False`` runs it unconfined where this kernel cannot confine it (the message is then kept off
-    the grade by the caller); a grade always requires it.
+    the grade by the caller); a grade always requires it. ``hide`` keeps more folders from it (a class's), and
+    ``parts`` are what each answer must hold.
     """
     from oomlab.measure import confine
 
@@ -71,7 +75,7 @@ def run_estimator(
         tmp = Path(tmp)
         work = tmp / "work"
         work.mkdir()
-        policy = confine.grading_policy(script, tmp, work, course_root, hide=tuple(map(Path, gpu_devices())))
+        policy = confine.grading_policy(script, tmp, work, course_root, hide=(*map(Path, gpu_devices()), *hide))
         request = {"script": str(script), "configs": configs, "policy": policy.to_json(), "required": sandbox_required}
         log = tmp / "log.txt"
         read_end, write_end = os.pipe()
@@ -118,7 +122,7 @@ def run_estimator(
         raise OomLabError(
             f"{script.name}'s estimator answered {len(estimates) if isinstance(estimates, list) else 'no list'} of {len(configs)} configs."
         )
-    return [checked_estimate(e, f"estimate() for config {i + 1}") for i, e in enumerate(estimates)]
+    return [checked_estimate(e, f"estimate() for config {i + 1}", parts) for i, e in enumerate(estimates)]
 
 
 def _read_until(fd: int, child: subprocess.Popen, deadline: float) -> bytes | None:

@@ -40,18 +40,18 @@ class PartScore:
         return abs(self.error) <= self.tolerance
 
 
-def checked_estimate(value, where: str) -> dict[str, float]:
+def checked_estimate(value, where: str, parts=PARTS) -> dict[str, float]:
     """An estimator's answer for one config: a dict with a finite, non-negative number of bytes for every part."""
     if not isinstance(value, dict):
         raise OomLabError(
             f"{where} returned {type(value).__name__}, not a dict.",
-            f"Return a dict of bytes with the keys {', '.join(PARTS)}.",
+            f"Return a dict of bytes with the keys {', '.join(parts)}.",
         )
-    missing = [p for p in PARTS if p not in value]
+    missing = [p for p in parts if p not in value]
     if missing:
-        raise OomLabError(f"{where} has no {', '.join(missing)}.", f"Return every one of {', '.join(PARTS)}, in bytes.")
+        raise OomLabError(f"{where} has no {', '.join(missing)}.", f"Return every one of {', '.join(parts)}, in bytes.")
     checked = {}
-    for part in PARTS:
+    for part in parts:
         number = value[part]
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number < 0:
             raise OomLabError(f"{where}'s {part} is {number!r}.", "Each part is a finite, non-negative number of bytes.")
@@ -59,6 +59,7 @@ def checked_estimate(value, where: str) -> dict[str, float]:
     return checked
 
 
-def score(estimate: dict[str, float], measured: dict[str, int]) -> list[PartScore]:
-    """Each part of one config's estimate against its measurement, in :data:`oomlab.sizing.PARTS` order."""
-    return [PartScore(part, estimate[part], measured[part], TOLERANCE[part]) for part in PARTS]
+def score(estimate: dict[str, float], measured: dict[str, int], tolerance: dict[str, float] = TOLERANCE) -> list[PartScore]:
+    """Each part of one config's estimate against its measurement, in ``tolerance``'s order (a training step's parts,
+    :data:`oomlab.sizing.PARTS`, by default)."""
+    return [PartScore(part, estimate[part], measured[part], limit) for part, limit in tolerance.items()]
