@@ -13,7 +13,11 @@ This package holds the parts that every answer is checked against:
 - :mod:`oomlab.sizing.tracker`: the same bytes counted on the CPU, where there is no
   allocator to ask, by following every tensor the step makes from its creation to its
   last reference (a cross-check: it sees no allocator rounding and no library workspace);
-- :mod:`oomlab.sizing.score`: how close an estimate came, against stated tolerances.
+- :mod:`oomlab.sizing.score`: how close an estimate came, against stated tolerances;
+- :mod:`oomlab.sizing.hidden`: the configs an estimator is graded on, drawn from its own source;
+- :mod:`oomlab.sizing.sandboxed`: the estimator run where neither the GPU nor an answer can be reached;
+- :mod:`oomlab.sizing.grade`: the estimator's answers for those configs against their runs on the GPU;
+- :mod:`oomlab.sizing.decode_config` and :mod:`oomlab.sizing.decode`: the same for generation with a KV cache.
 
 The parts of a step (``PARTS``), each in bytes:
 
