@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,24 @@ def test_measuring_failures_are_the_machines_and_say_so(monkeypatch):
     with pytest.raises(grade.MeasuringFailed, match="cannot be measured here: no CUDA device") as err:
         grade.measure_configs([config(SMALL)])
     assert isinstance(err.value, OomLabError) and "machine with one" in err.value.todo
+
+
+def test_what_an_estimator_leaves_running_neither_holds_its_answer_nor_the_grade(tmp_path):
+    """A thread that never ends and a forked process that keeps the answer's pipe open: the answer is read once
+    written, and the process is stopped a few seconds later, not waited for."""
+    landlock()
+    script = write(
+        tmp_path / "ex",
+        """
+        import os, threading, time
+        threading.Thread(target=time.sleep, args=(600,)).start()  # not a daemon: Python waits for it at exit
+        if os.fork() == 0:
+            time.sleep(600)  # holds every descriptor of its parent, the answer's pipe included
+            os._exit(0)
+        def estimate(cfg):
+            return dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "peak"), 1)
+        """,
+    )
+    began = time.monotonic()
+    assert run_estimator(script, CONFIGS[:1], tmp_path, time_limit_s=60) == [dict.fromkeys(PARTS, 1.0)]
+    assert time.monotonic() - began < 30

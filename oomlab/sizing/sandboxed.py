@@ -44,6 +44,7 @@ __all__ = ["ANSWER_FD", "TIME_LIMIT_S", "gpu_devices", "run_estimator"]
 ANSWER_FD = "OOMLAB_ANSWER_FD"  # the descriptor the child writes its answers on
 TIME_LIMIT_S = 120.0  # for every config together: arithmetic takes milliseconds, a simulation on the CPU seconds
 LOG_TAIL = 2000  # characters of the estimator's output kept for an error message
+AFTER_ANSWER_S = 2.0  # how long the estimator's process may take to end once it has answered
 
 
 def gpu_devices() -> list[str]:
@@ -99,7 +100,11 @@ def run_estimator(
         except BrokenPipeError:
             pass
         answer = _read_until(read_end, child, time.monotonic() + time_limit_s)
-        status = child.wait()
+        try:  # what the estimator left running (a thread, a process) does not keep the grade waiting
+            status = child.wait(timeout=AFTER_ANSWER_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(child)
+            status = child.wait()
         tail = log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL:].strip()
     if answer is None:
         raise OomLabError(
@@ -126,8 +131,8 @@ def run_estimator(
 
 
 def _read_until(fd: int, child: subprocess.Popen, deadline: float) -> bytes | None:
-    """Everything written on ``fd`` until its writers close it, or None when the deadline comes first (the child's
-    group is then killed)."""
+    """The first line written on ``fd`` (or all of it, if its writers close it first), or None when the deadline comes
+    first (the child's group is then killed). A line is enough: a process the estimator started may hold the pipe."""
     import selectors
 
     chunks = []
@@ -140,9 +145,9 @@ def _read_until(fd: int, child: subprocess.Popen, deadline: float) -> bytes | No
                     _kill_group(child)
                     return None
                 data = os.read(fd, 1 << 16)
-                if not data:
-                    return b"".join(chunks)
                 chunks.append(data)
+                if not data or b"\n" in data:
+                    return b"".join(chunks).split(b"\n", 1)[0]
         finally:
             os.close(fd)
 
@@ -163,7 +168,7 @@ def _child() -> int:
     script = request["script"]
 
     def reply(**fields) -> int:
-        json.dump(fields, answers)
+        answers.write(json.dumps(fields) + "\n")  # one line: the parent reads to its end, not to the pipe's
         answers.close()
         return 0
 
