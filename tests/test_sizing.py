@@ -59,9 +59,9 @@ def test_a_config_is_checked_field_by_field():
     for bad, said in (
         ({**SMALL, "width": 66}, "must divide by its heads"),
         ({**SMALL, "layers": 0}, "layers must be at least 1"),
-        ({**SMALL, "batch": 2.0}, "batch must be a int"),
-        ({**SMALL, "checkpointing": 1}, "checkpointing must be a bool"),
-        ({**SMALL, "layers": True}, "layers must be a int"),
+        ({**SMALL, "batch": 2.0}, "batch must be a whole number, not 2.0"),
+        ({**SMALL, "checkpointing": 1}, "checkpointing must be true or false, not 1"),
+        ({**SMALL, "layers": True}, "layers must be a whole number, not True"),
         ({**SMALL, "precision": "fp16"}, "precision must be one of fp32, bf16-autocast, bf16"),
         ({**SMALL, "dropout": 0.1}, "has no field dropout"),
         ({k: v for k, v in SMALL.items() if k != "vocabulary"}, "lacks vocabulary"),

@@ -66,9 +66,9 @@ def checked_fields(cls, data, what: str) -> dict:
                 raise OomLabError(f"The {what} lacks {f.name}.")
             continue
         value = data[f.name]
-        want = {"int": int, "str": str, "bool": bool}[f.type]
+        want, kind = {"int": (int, "a whole number"), "str": (str, "a string"), "bool": (bool, "true or false")}[f.type]
         if type(value) is not want:  # bool is an int: say True where a count is meant, and it is refused
-            raise OomLabError(f"The {what}'s {f.name} must be a {f.type}, not {value!r}.")
+            raise OomLabError(f"The {what}'s {f.name} must be {kind}, not {value!r}.")
         if want is int and value < 1:
             raise OomLabError(f"The {what}'s {f.name} must be at least 1, not {value}.")
         values[f.name] = value
