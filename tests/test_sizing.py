@@ -4,8 +4,6 @@ truth check's (``oomlab dev verify``); here the same step is counted tensor by t
 
 from __future__ import annotations
 
-import gc
-import importlib.util
 import json
 import random
 import subprocess
@@ -23,6 +21,7 @@ from oomlab.sizing.config import OPTIMIZERS, PRECISIONS, TrainConfig, config
 from oomlab.sizing.hidden import COUNT, MOST_TOKENS, hidden_configs
 from oomlab.sizing.sandboxed import run_estimator
 from oomlab.sizing.score import TOLERANCE, checked_estimate, score
+from tests.sizing_helpers import count_on_cpu, load
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "solutions" / "size-a-training-step" / "estimate.py"
@@ -30,25 +29,13 @@ SMALL = dict(layers=2, width=64, heads=4, sequence=32, batch=2, vocabulary=300)
 
 
 def reference():
-    spec = importlib.util.spec_from_file_location("reference_estimate", REFERENCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load(REFERENCE, "reference_estimate")
 
 
 def counted(cfg: TrainConfig) -> dict[str, int]:
-    torch = pytest.importorskip("torch")
     from oomlab.sizing.measure import step_bytes
-    from oomlab.sizing.tracker import LiveBytes
 
-    # The step collects garbage before each reading; the objects of the test session are none of its garbage, and
-    # frozen they are not walked again at every reading (a tenth of a second each).
-    gc.freeze()
-    try:
-        with LiveBytes() as live:
-            return step_bytes(cfg, torch.device("cpu"), live)
-    finally:
-        gc.unfreeze()
+    return count_on_cpu(step_bytes, cfg)
 
 
 # -- configs ----------------------------------------------------------------------------------------------------------
@@ -394,3 +381,13 @@ def test_what_an_estimator_leaves_running_neither_holds_its_answer_nor_the_grade
     began = time.monotonic()
     assert run_estimator(script, CONFIGS[:1], tmp_path, time_limit_s=60) == [dict.fromkeys(PARTS, 1.0)]
     assert time.monotonic() - began < 30
+
+
+def test_a_missing_estimator_is_said_the_same_way_wherever_it_is_graded(tmp_path):
+    from oomlab.sizing.grade import grade_estimator
+
+    missing = tmp_path / "estimate.py"
+    for grade in (lambda: run_estimator(missing, CONFIGS, tmp_path), lambda: grade_estimator(missing, tmp_path)):
+        with pytest.raises(OomLabError, match=f"{missing} does not exist") as err:
+            grade()
+        assert "oomlab reset" in err.value.todo

@@ -26,7 +26,7 @@ from oomlab.sizing import PARTS
 from oomlab.sizing.config import OPTIMIZERS
 from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE
 from oomlab.sizing.hidden import COUNT, hidden_configs, hidden_decode_configs
-from oomlab.sizing.sandboxed import run_estimator
+from oomlab.sizing.sandboxed import estimator_file, run_estimator
 from oomlab.sizing.score import TOLERANCE, PartScore, score
 
 __all__ = ["SIZED", "MeasuringFailed", "Sized", "SizingReport", "available_optimizers", "grade_estimator", "measure_configs"]
@@ -147,9 +147,7 @@ def grade_estimator(
 ) -> SizingReport:
     """The ``estimate()`` in ``script`` graded on ``count`` configs of :data:`SIZED` ``[sized]`` drawn from its source;
     ``hide`` keeps more folders from it (a class's)."""
-    script = Path(script)
-    if not script.is_file():
-        raise OomLabError(f"{script} does not exist.", "Restore it with `oomlab reset`, or name the file that holds estimate().")
+    script = estimator_file(script)
     kind = SIZED[sized]
     configs = kind.draw(estimator_source(script), count)
     estimates = run_estimator(script, [c.as_dict() for c in configs], course_root, sandbox_required, hide=hide, parts=kind.parts)

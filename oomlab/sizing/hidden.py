@@ -34,10 +34,15 @@ MOST_TOKENS = 8192  # batch x sequence
 MOST_BYTES = 8 << 30  # a generous bound on a config's bytes (actual ones stay well under): no more than an exercise's budget
 
 
+def rough_parameters(layers: int, width: int, vocabulary: int, positions: int) -> int:
+    """More parameters than the decoder has: 13 width x width per block, the embedding and the head, the positions."""
+    return layers * 13 * width * width + 2 * vocabulary * width + positions * width
+
+
 def rough_bytes(cfg: TrainConfig) -> int:
     """An upper bound on a step's bytes, far above any good estimate: only to keep the drawn configs small enough."""
     width, tokens = cfg.width, cfg.tokens
-    parameters = cfg.layers * 13 * width * width + 2 * cfg.vocabulary * width + cfg.sequence * width
+    parameters = rough_parameters(cfg.layers, width, cfg.vocabulary, cfg.sequence)
     return 24 * parameters + cfg.layers * 80 * tokens * width + 16 * tokens * cfg.vocabulary
 
 
@@ -79,7 +84,7 @@ DECODE_SPACE = {
     "layers": range(2, 17),
     "head_width": (64, 128),
     "heads": (8, 16, 32),
-    "groups": (1, 2, 4, 8, 0),  # query heads per key and value head; 0: none shared (multi-head attention)
+    "groups": (1, 2, 4, 8),  # query heads per key and value head; 1: none shared (multi-head attention)
     "prompt": (16, 128, 512, 2048, 4096),
     "new_tokens": (16, 128, 512, 2048),
     "batch": (1, 2, 4, 8, 16),
@@ -90,7 +95,7 @@ DECODE_SPACE = {
 def rough_decode_bytes(cfg: DecodeConfig) -> int:
     """An upper bound on a generation's bytes, far above any good estimate: only to keep the drawn configs small."""
     width, s = cfg.width, 4 if cfg.precision == "fp32" else 2
-    weights = cfg.layers * 13 * width * width + 2 * cfg.vocabulary * width + cfg.context * width
+    weights = rough_parameters(cfg.layers, width, cfg.vocabulary, cfg.context)
     return s * (weights + 4 * cfg.layers * cfg.batch * cfg.context * width + 12 * cfg.batch * cfg.context * width)
 
 
@@ -110,7 +115,7 @@ def hidden_decode_configs(source: bytes, count: int = COUNT) -> list[DecodeConfi
             layers=rng.choice(DECODE_SPACE["layers"]),
             width=heads * rng.choice(DECODE_SPACE["head_width"]),
             heads=heads,
-            kv_heads=heads // group if group else heads,
+            kv_heads=heads // group,
             prompt=rng.choice(DECODE_SPACE["prompt"]),
             new_tokens=rng.choice(DECODE_SPACE["new_tokens"]),
             batch=rng.choice(DECODE_SPACE["batch"]),

@@ -39,7 +39,7 @@ from oomlab.errors import OomLabError
 from oomlab.sizing import PARTS
 from oomlab.sizing.score import checked_estimate
 
-__all__ = ["ANSWER_FD", "TIME_LIMIT_S", "gpu_devices", "run_estimator"]
+__all__ = ["ANSWER_FD", "TIME_LIMIT_S", "estimator_file", "gpu_devices", "run_estimator"]
 
 ANSWER_FD = "OOMLAB_ANSWER_FD"  # the descriptor the child writes its answers on
 TIME_LIMIT_S = 120.0  # for every config together: arithmetic takes milliseconds, a simulation on the CPU seconds
@@ -50,6 +50,14 @@ AFTER_ANSWER_S = 2.0  # how long the estimator's process may take to end once it
 def gpu_devices() -> list[str]:
     """The device files through which a process reaches an NVIDIA GPU (none on a machine without one)."""
     return sorted(set(glob.glob("/dev/nvidia*")) | set(glob.glob("/dev/dri")))
+
+
+def estimator_file(script: Path) -> Path:
+    """``script`` resolved, or the error a learner sees where it is missing."""
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise OomLabError(f"{script} does not exist.", "Restore it with `oomlab reset`, or name the file that holds estimate().")
+    return script
 
 
 def run_estimator(
@@ -69,9 +77,7 @@ def run_estimator(
     """
     from oomlab.measure import confine
 
-    script = Path(script).resolve()
-    if not script.is_file():
-        raise OomLabError(f"{script} does not exist.", "Restore it with `oomlab reset`, or name the file that holds estimate().")
+    script = estimator_file(script)
     with tempfile.TemporaryDirectory(prefix="oomlab-estimate-") as tmp:
         tmp = Path(tmp)
         work = tmp / "work"
