@@ -5,8 +5,6 @@ estimate would be graded on; here the same generation is counted tensor by tenso
 from __future__ import annotations
 
 import functools
-import gc
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,6 +15,7 @@ import pytest
 from oomlab.errors import OomLabError
 from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE, DecodeConfig, decode_config
 from oomlab.sizing.score import PartScore
+from tests.sizing_helpers import count_on_cpu, load
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "solutions" / "size-a-decoder" / "estimate.py"
@@ -24,26 +23,14 @@ SMALL = dict(layers=2, width=64, heads=4, kv_heads=2, prompt=16, new_tokens=4, b
 
 
 def reference():
-    spec = importlib.util.spec_from_file_location("reference_decode_estimate", REFERENCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load(REFERENCE, "reference_decode_estimate")
 
 
 @functools.cache  # a config is counted once for the whole file: the count of one is the same every time
 def counted(cfg: DecodeConfig) -> dict[str, int]:
-    torch = pytest.importorskip("torch")
     from oomlab.sizing.decode import decode_bytes
-    from oomlab.sizing.tracker import LiveBytes
 
-    # The generation collects garbage before each reading; the objects of the test session are none of its garbage,
-    # and frozen they are not walked again at every reading.
-    gc.freeze()
-    try:
-        with LiveBytes() as live:
-            return decode_bytes(cfg, torch.device("cpu"), live)
-    finally:
-        gc.unfreeze()
+    return count_on_cpu(decode_bytes, cfg)
 
 
 def within(part: str, estimated: float, measured: int) -> bool:
