@@ -22,6 +22,7 @@ import pytest
 from oomlab.course import reports
 from oomlab.errors import OomLabError
 from oomlab.site import facts
+from oomlab.site import reports as site_reports
 from oomlab.units import MIB, UNIT_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -381,9 +382,12 @@ def test_facts_json_is_not_older_than_the_probes():
 def test_every_fact_marker_names_a_probe_and_a_measured_key(page):
     report = facts.load(FACTS_JSON)
     probes = {p.name: p for p in facts.find_probes(PROBES)}
+    derived = site_reports.derived_facts([], report)  # from the manifests, the probes and the tools, by the site's hooks
     for name in facts.MARKER.findall(page.read_text(encoding="utf-8")):
-        if name.startswith("course."):
-            continue  # derived from the manifests and the probes by the site's hooks
+        head, _, key = name.partition(".")
+        if head in derived:
+            assert key in derived[head], f"{page.name}: {name} is not one of the derived facts {sorted(derived[head])}"
+            continue
         value = facts.lookup(report, name, probes)  # raises UnknownFact
         if value is not facts.NOT_MEASURED:
             facts.format_value(name, value)  # raises UnknownFact for a value that is not a single figure

@@ -7,6 +7,7 @@ script with its arguments (``oomlab hunt --budget 2GiB train.py -- --lr 3e-4``);
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
@@ -33,11 +34,14 @@ from oomlab.tools.run import (
     path_kind,
     resolve,
     run_tool,
+    run_tool_on_ranks,
     time_limit_option,
 )
 
 TARGET = typer.Argument(
-    ..., help="an exercise id or number, or a script and its arguments (put -- before options meant for the script)"
+    ...,
+    help="an exercise id or number, or a script and its arguments (put -- before options meant for the script), "
+    "or a torchrun job: torchrun --nproc-per-node N script.py",
 )
 BUDGET = typer.Option(
     None, metavar="SIZE", help="memory cap such as 2GiB (default: the exercise's budget; a script runs uncapped)"
@@ -69,6 +73,31 @@ def run_and_show(name: str, target: Target, out: Path | None, measured: tuple | 
     ended = f"OOM at {run['where']}" if m.oom else ("finished" if m.status == "ok" else f"{m.status} {run['where']}")
     console.rule(f"{name} · {target.label} · {ended} · {run['wall_s'] or 0:.1f} s")
     show(name, result, Path(result["out_dir"]))
+    return result
+
+
+def run_and_show_ranks(name: str, target: Target, out: Path | None, result: dict | None = None, all_steps: bool = False) -> dict:
+    """Run one tool on every rank of a torchrun job (unless ``result`` holds that run) and show the view across ranks.
+
+    The rank to read first (the first to fail, else the largest) is shown in full, as one run
+    would be; every rank's pictures are drawn into its own folder.
+    """
+    from oomlab.tools.ranks import present as ranks_present
+
+    if result is None:
+        with console.status(f"{name}: running {target.script.name} as {target.ranks} ranks under torchrun, each with the probe…"):
+            result = run_tool_on_ranks(target, name, out, tool_options(name, all_steps))
+    rank = ranks_present.focus(result)
+    for other, report in sorted(result["reports"].items()):
+        if other != rank:
+            with contextlib.suppress(Exception):  # a picture is a bonus; the focused rank's problems are said below
+                presenter(name).draw(report, Path(report["out_dir"]))
+    if rank in result["reports"]:
+        console.rule(f"{name} · {target.script.name} · rank {rank} of {target.ranks}")
+        show(name, result["reports"][rank], Path(result["reports"][rank]["out_dir"]))
+    console.rule(f"{name} · {target.script.name} · {target.ranks} ranks · {result['job']['wall_s']:.1f} s")
+    show(name, result, Path(result["out_dir"]), ranks_present)
+    console.print(Text(f"Result: {Path(result['out_dir']) / 'ranks.json'}", style="dim"), soft_wrap=True)
     return result
 
 
@@ -128,7 +157,11 @@ def tool_command(name: str, summary: str) -> None:
         if name == "snapshot" and is_pickle(Path(target[0])):  # a snapshot by its name or its bytes: nothing runs
             show_snapshot_file(Path(target[0]), out)
             return
-        run_and_show(name, resolve(target, budget, time_limit), out, all_steps=all_steps)
+        resolved = resolve(target, budget, time_limit)
+        if resolved.ranks:
+            run_and_show_ranks(name, resolved, out, all_steps=all_steps)
+        else:
+            run_and_show(name, resolved, out, all_steps=all_steps)
 
     if "max_steps" not in step(name).options:  # the option only where it means something
         command.__signature__ = _without(command, "all_steps")
@@ -173,6 +206,9 @@ def diagnose(
 ) -> None:
     """Every step's tool, then one summary: what to fix first."""
     resolved = resolve(target, budget, time_limit)
+    if resolved.ranks:
+        diagnose_ranks(resolved, out, all_steps)
+        return
     base = out or default_out_dir(resolved.label, "diagnose")
     made = make_folder(base)
     try:
@@ -195,6 +231,38 @@ def diagnose(
     body.append(f"{verdict['advice']}\n\n")
     body.append(verdict["then"], style="dim")
     console.print(Panel(body, title=f"diagnose · {resolved.label}", title_align="left", border_style="cyan"))
+
+
+def diagnose_ranks(target: Target, out: Path | None, all_steps: bool) -> None:
+    """``diagnose`` on a torchrun job: each step's tool on every rank, one after another, then each rank's verdict.
+
+    One tool at a time: every rank of a job may want a GPU of its own, and three jobs at once
+    would change each other's figures.
+    """
+    base = out or default_out_dir(target.label, "diagnose")
+    made = make_folder(base)
+    results = {}
+    try:
+        for s in STEPS:
+            with console.status(f"diagnose: {s.name} on {target.ranks} ranks of {target.script.name}…"):
+                results[s.name] = run_tool_on_ranks(target, s.name, base / s.name, tool_options(s.name, all_steps))
+    finally:
+        remove_empty_folders(made)
+    for name, result in results.items():
+        run_and_show_ranks(name, target, None, result)
+    verdicts = {}
+    for rank in range(target.ranks):
+        found = {name: r["reports"][rank] for name, r in results.items() if rank in r["reports"]}
+        verdicts[rank] = fix_first(found) if found else None
+    across = results[STEPS[0].name]
+    write_atomic(base / "diagnose.json", json.dumps({"ranks": verdicts, "across": across["headline"]}, indent=2) + "\n")
+    body = Text()
+    body.append("Across ranks: ", style="bold")
+    body.append(f"{across['headline']}\n\n")
+    for rank, verdict in verdicts.items():
+        body.append(f"rank {rank:<4}", style="bold")
+        body.append(f"fix first: {verdict['headline']}\n" if verdict else "no tool reported\n")
+    console.print(Panel(body, title=f"diagnose · {target.label}", title_align="left", border_style="cyan"))
 
 
 @app.command()

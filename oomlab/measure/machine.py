@@ -179,6 +179,26 @@ def witness_row() -> tuple[str, str, str]:
     return ("ok", "driver witness", f"NVML answers for {devices} GPU(s); each run checks that it is listed by its process id")
 
 
+def distributed_row(torch) -> tuple[str, str, str]:
+    """Which torchrun jobs the tools can run here (``oomlab hunt torchrun --nproc-per-node N``): by backend, how many ranks.
+
+    gloo ranks can share a GPU, each under its own budget; NCCL takes one GPU per rank and
+    refuses two ranks on one ("Duplicate GPU detected").
+    """
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return ("warn", "torchrun jobs", "this torch has no torch.distributed: the tools run scripts of one process only")
+    gpus = torch.cuda.device_count()
+    found = []
+    if dist.is_gloo_available():
+        found.append("gloo: any number of ranks, sharing the GPUs")
+    if dist.is_nccl_available():
+        found.append(f"NCCL: up to {gpus} rank{'' if gpus == 1 else 's'}, one GPU each")
+    if not found:
+        return ("warn", "torchrun jobs", "torch.distributed has neither gloo nor NCCL here: a job cannot start")
+    return ("ok", "torchrun jobs", "; ".join(found))
+
+
 def installed_torch() -> str | None:
     """The version of the torch installed for this Python, read from its metadata (torch is not imported); None if none."""
     from importlib import metadata
@@ -302,6 +322,7 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
         return rows, False
     rows.append(("ok", "GPU", f"{props.name}: {total / GIB:.1f} GiB, {free / GIB:.1f} GiB free, CUDA {torch.version.cuda}"))
     rows.append(witness_row())
+    rows.append(distributed_row(torch))
 
     ready = not too_old and ok  # ok: Python new enough, every manifest valid
     for ex in exercises:

@@ -154,7 +154,10 @@ def load_verify(docs_dir: Path) -> tuple[dict | None, str]:
 
 
 def derived_facts(exercises: list[Exercise], report: dict | None) -> dict:
-    """Figures that follow from the manifests and facts.json: ``course.*`` in a fact marker."""
+    """Figures that follow from the manifests and facts.json (``course.*`` in a fact marker), and the tools' settings (``tools.*``)."""
+    from oomlab.measure.ranks import GRACE_S
+    from oomlab.tools.ranks.analysis import SPREAD_FLOOR, SPREAD_SHARE
+
     largest = max((ex.budget_bytes for ex in exercises), default=0)
     context = None
     if report is not None and isinstance(report["facts"].get("cuda_context"), dict):
@@ -164,7 +167,12 @@ def derived_facts(exercises: list[Exercise], report: dict | None) -> dict:
             "largest_budget_bytes": largest,
             # the largest budget plus what a capped process holds outside the allocator
             "need_bytes": site_facts.NOT_MEASURED if context is None else largest + context,
-        }
+        },
+        "tools": {
+            "ranks_grace_s": GRACE_S,
+            "ranks_spread_floor_bytes": SPREAD_FLOOR,
+            "ranks_spread_share_fraction": SPREAD_SHARE,
+        },
     }
 
 

@@ -28,12 +28,25 @@ import time
 import traceback
 from pathlib import Path
 
-__all__ = ["Probe", "error_result", "pyplot", "save_figure", "write_result"]
+from oomlab.oom import first_line
+
+__all__ = ["Probe", "error_result", "pyplot", "run_summary", "save_figure", "write_result"]
 
 
 def error_result(tool: str, message: str, **extra) -> dict:
     """A result that says the tool found nothing because it failed, and why."""
     return {"tool": tool, "kind": "error", "headline": f"{tool} failed: {message}", "culprit_bytes": 0, "error": message, **extra}
+
+
+def run_summary(m) -> dict:
+    """How the run under a probe ended (a :class:`oomlab.measure.harness.Measurement`), as its result keeps it: ``run``."""
+    return {
+        "status": m.status,
+        "where": m.where,
+        "message": first_line(m.message),
+        "wall_s": m.wall_s,
+        "peak_allocated": (m.stats or {}).get("peak_allocated"),
+    }
 
 
 def write_result(out_dir: Path, tool: str, result: dict) -> Path | None:

@@ -24,9 +24,25 @@ from oomlab.measure.harness import MACHINE_PROBLEMS, Measurement, measure
 from oomlab.measure.machine import machine_error, refuse_without_a_driver
 from oomlab.oom import first_line
 from oomlab.steps import step
+from oomlab.tools.base import run_summary
 from oomlab.units import parse_size
 
-__all__ = ["Target", "budget_option", "default_out_dir", "path_kind", "resolve", "run_tool", "time_limit_option"]
+__all__ = [
+    "Target",
+    "budget_option",
+    "default_out_dir",
+    "launcher_ranks",
+    "path_kind",
+    "resolve",
+    "run_tool",
+    "time_limit_option",
+]
+
+# The options of torchrun (torch.distributed.run) that a job on this one machine keeps: the rest place it on
+# several machines or restart it, and a tool measures one run of the script.
+RANKS_OPTIONS = ("--nproc-per-node", "--nproc_per_node")
+ONE_MACHINE_OPTIONS = ("--standalone",)
+ONE_NODE = ("--nnodes",)
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,7 @@ class Target:
     exercise: Exercise | None = None
     root: Path | None = None  # the course folder, or the script's folder: paths in shared files are relative to it
     shown_as: dict = field(default_factory=dict, hash=False)  # absolute path -> the name shared files show
+    ranks: int = 0  # a torchrun job of this many ranks on this machine (oomlab.tools.ranks); 0: one process
 
 
 def budget_option(text: str | None) -> int | None:
@@ -119,14 +136,69 @@ def is_pickle(path: Path) -> bool:
         return False  # unreadable: the run says so
 
 
+def _is_launcher(words: list[str]) -> int:
+    """How many words name torch's launcher: ``torchrun`` (1), ``python -m torch.distributed.run`` (3), else 0."""
+    if words and Path(words[0]).name == "torchrun":
+        return 1
+    if len(words) >= 3 and Path(words[0]).name.startswith("python") and words[1:3] == ["-m", "torch.distributed.run"]:
+        return 3
+    return 0
+
+
+def launcher_ranks(words: list[str]) -> tuple[int, list[str]]:
+    """``torchrun --nproc-per-node 2 train.py --lr 3e-4`` -> ``(2, ["train.py", "--lr", "3e-4"])``; ``(0, words)`` otherwise.
+
+    Only what a job on this machine needs is taken: the number of ranks, ``--standalone``,
+    and ``--nnodes 1``. An option that places the job on other machines, or any other, is refused
+    with what to write instead: a tool runs the job once, here, and must not guess.
+    """
+    skip = _is_launcher(words)
+    if not skip:
+        return 0, words
+    rest, ranks = list(words[skip:]), 1
+    while rest and rest[0].startswith("-"):
+        option, _, value = rest.pop(0).partition("=")
+        if option in ONE_MACHINE_OPTIONS and not value:
+            continue
+        if option in RANKS_OPTIONS + ONE_NODE:
+            if not value:
+                if not rest:
+                    raise OomLabError(f"{option} needs a value.", "Write it like --nproc-per-node 2, before the script.")
+                value = rest.pop(0)
+            if option in ONE_NODE:
+                if value not in ("1", "1:1"):
+                    raise OomLabError(
+                        f"--nnodes {shown(value)}: oomlab runs a torchrun job on this machine only.",
+                        "Run it with --nnodes 1 (or leave it out), and as many ranks as this machine takes.",
+                    )
+                continue
+            if not value.isdigit() or not 1 <= int(value) <= 64:
+                raise OomLabError(
+                    f"--nproc-per-node {shown(value)}: give the number of ranks, from 1 to 64.",
+                    "Write it like --nproc-per-node 2 (`oomlab doctor` says how many GPUs this machine has).",
+                )
+            ranks = int(value)
+            continue
+        raise OomLabError(
+            f"torchrun's option {shown(option)} is not one oomlab takes: it runs the job once, on this machine.",
+            "Keep --nproc-per-node N (and --standalone); put the script's own options after the script.",
+        )
+    if not rest:
+        raise OomLabError("torchrun names no script.", "Write it like: oomlab hunt torchrun --nproc-per-node 2 train.py")
+    return ranks, rest
+
+
 def resolve(words: list[str], budget: str | None = None, time_limit_s: float | None = None) -> Target:
     """An exercise id (or number) runs that exercise's current file under its budget; a path runs that script.
 
+    ``torchrun --nproc-per-node N script.py [args]`` (or ``python -m torch.distributed.run``)
+    runs the script as a torchrun job of N ranks (:func:`launcher_ranks`), each under ``budget``.
     What the first word is (a folder, a script, a file that is missing, an exercise id) is
     settled before any course folder is looked for, so that the message names the real problem.
     """
     if not words:
         raise OomLabError("No target given.", "Name an exercise (oomlab list) or a script: oomlab snapshot train.py --lr 3e-4")
+    ranks, words = launcher_ranks(list(words))
     first, rest = words[0], tuple(words[1:])
     budget_bytes = budget_option(budget)
     time_limit_s = time_limit_option(time_limit_s)
@@ -150,10 +222,11 @@ def resolve(words: list[str], budget: str | None = None, time_limit_s: float | N
             budget_bytes=budget_bytes,
             alloc_conf="",
             time_limit_s=time_limit_s or 600,
-            label=path.stem,
+            label=f"{path.stem}-ranks{ranks}" if ranks else path.stem,
             root=path.resolve().parent,
+            ranks=ranks,
         )
-    if first.endswith(".py") or "/" in first or os.sep in first:
+    if first.endswith(".py") or "/" in first or os.sep in first or ranks:
         raise OomLabError(f"{shown(first)} does not exist.", f"{close_files(path)}Give the path of a Python training script.")
     try:
         root = find_root()
@@ -206,7 +279,10 @@ def run_tool(target: Target, tool: str, out_dir: Path | None = None, options: di
     """Run ``target`` once with ``tool``'s probe; return the measurement and what the probe found.
 
     The folder is made for the run and removed again when the run leaves nothing in it.
+    A torchrun job runs with :func:`run_tool_on_ranks` instead.
     """
+    if target.ranks:
+        raise ValueError(f"{target.label} is a torchrun job: run_tool_on_ranks runs it")
     out_dir = Path(out_dir or default_out_dir(target.label, tool))
     made = make_folder(out_dir)
     try:
@@ -233,34 +309,42 @@ def _clear_earlier_results(out_dir: Path, tool: str) -> None:
         raise write_error(out_dir, err, "write the results into") from None
 
 
-def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) -> tuple[Measurement, dict]:
-    require_readable(target.script, "the script")
-    _clear_earlier_results(out_dir, tool)
-    refuse_without_a_driver(target.script, f"measuring {target.script.name}")  # bad arguments are named first
-    opts = {
+def _probe_options(target: Target, options: dict | None) -> dict:
+    return {
         "script": str(target.script),
         "budget_bytes": target.budget_bytes,
         "root": str(target.root or target.script.parent),
         "labels": dict(target.shown_as),
         **(options or {}),
     }
+
+
+def _refuse_a_machine_problem(m: Measurement, target: Target) -> None:
+    if m.status not in MACHINE_PROBLEMS:
+        return
+    if target.exercise:
+        raise machine_error(m, target.exercise)
+    raise OomLabError(
+        f"The script could not be measured here: {m.message}.",
+        "Tools need an NVIDIA GPU and a CUDA build of torch; `oomlab doctor` says what is missing.",
+    )
+
+
+def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) -> tuple[Measurement, dict]:
+    require_readable(target.script, "the script")
+    _clear_earlier_results(out_dir, tool)
+    refuse_without_a_driver(target.script, f"measuring {target.script.name}")  # bad arguments are named first
     m = measure(
         target.script,
         budget_bytes=target.budget_bytes,
         alloc_conf=target.alloc_conf,
         time_limit_s=target.time_limit_s,
         args=target.args,
-        tool={"name": tool, "probe": step(tool).probe, "out_dir": str(out_dir), "options": opts},
+        tool={"name": tool, "probe": step(tool).probe, "out_dir": str(out_dir), "options": _probe_options(target, options)},
         course_root=target.exercise.root if target.exercise else None,  # a script outside a course runs fresh
         settings_free=target.exercise is None or target.exercise.learner_settings,
     )
-    if m.status in MACHINE_PROBLEMS:
-        if target.exercise:
-            raise machine_error(m, target.exercise)
-        raise OomLabError(
-            f"The script could not be measured here: {m.message}.",
-            "Tools need an NVIDIA GPU and a CUDA build of torch; `oomlab doctor` says what is missing.",
-        )
+    _refuse_a_machine_problem(m, target)
     result_path = out_dir / f"{tool}.json"
     if m.status in ("missing", "syntax", "timeout", "crashed") or not result_path.is_file():
         if m.status == "missing" and target.exercise:
@@ -276,13 +360,7 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
     result = json.loads(result_path.read_text(encoding="utf-8"))
     result.setdefault("budget_bytes", target.budget_bytes)
     result["out_dir"] = str(out_dir)
-    result["run"] = {
-        "status": m.status,
-        "where": m.where,
-        "message": first_line(m.message),
-        "wall_s": m.wall_s,
-        "peak_allocated": (m.stats or {}).get("peak_allocated"),
-    }
+    result["run"] = run_summary(m)
     if (m.stats or {}).get("peak_allocated") == 0:
         ended = "finished" if m.status == "ok" else f"stopped ({m.ending()})"
         raise OomLabError(
@@ -290,3 +368,39 @@ def _run_tool(target: Target, tool: str, out_dir: Path, options: dict | None) ->
             "Does it put its tensors on the GPU (device='cuda')? Does it exit, or fail, before training starts?",
         )
     return m, result
+
+
+def run_tool_on_ranks(
+    target: Target, tool: str, out_dir: Path | None = None, options: dict | None = None, *, require_cuda: bool = True
+) -> dict:
+    """Run ``tool`` on every rank of the torchrun job ``target``; the view across the ranks, each rank's report in it.
+
+    Each rank's report is ``OUT/rank<R>/<tool>.json``; the view is ``OUT/ranks.json``
+    (:mod:`oomlab.tools.ranks`). ``require_cuda=False`` runs the job with no GPU (the tests, with gloo).
+    """
+    from oomlab.tools.ranks import run_ranks
+
+    out_dir = Path(out_dir or default_out_dir(target.label, tool))
+    made = make_folder(out_dir)
+    try:
+        require_readable(target.script, "the script")
+        for folder in [out_dir, *sorted(out_dir.glob("rank[0-9]*"))]:
+            _clear_earlier_results(folder, tool)
+        if require_cuda:
+            refuse_without_a_driver(target.script, f"measuring {target.script.name}")
+        result = run_ranks(
+            target, tool, step(tool).probe, out_dir.resolve(), _probe_options(target, options), require_cuda=require_cuda
+        )
+    finally:
+        remove_empty_folders(made)
+    for row in result["ranks"]:
+        _refuse_a_machine_problem(Measurement(script=str(target.script), status=row["status"], message=row["message"]), target)
+    if not result["reports"]:
+        said = first_line(result["job"].get("launcher", "").strip().splitlines()[-1] if result["job"].get("launcher") else "")
+        ended = "; ".join(f"rank {r['rank']}: {r['ending']} {r['message']}".strip() for r in result["ranks"])
+        raise OomLabError(
+            f"{tool} could not analyze the torchrun job of {target.script.name}: {ended}"
+            + (f" (torchrun said: {said})" if said else ""),
+            f"Run it as `torchrun --nproc-per-node {target.ranks} {target.script.name}` to see why, fix it, then try again.",
+        )
+    return result

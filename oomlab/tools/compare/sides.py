@@ -70,6 +70,12 @@ def prepare(word: str, budget: str | None = None, time_limit_s: float | None = N
 def run_target(words: list[str], budget: str | None = None, time_limit_s: float | None = None) -> Target:
     """:func:`~oomlab.tools.run.resolve`, except that an exercise's own file runs under its exercise's settings."""
     target = resolve(words, budget, time_limit_s)
+    if target.ranks:
+        raise OomLabError(
+            "compare sets two runs of one process side by side, and a torchrun job is one run per rank.",
+            f"Snapshot the job (`oomlab snapshot {' '.join(words)}`), then compare two of its ranks: "
+            "oomlab compare OUT/rank0/snapshot.pickle OUT/rank1/snapshot.pickle",
+        )
     if target.exercise is not None or target.args:
         return target
     try:

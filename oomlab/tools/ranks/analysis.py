@@ -1,0 +1,233 @@
+"""Every rank of a torchrun job side by side: what differs between them, which failed first, why the others stopped.
+
+One tool run on a torchrun job gives one report per rank (``rank<R>/<tool>.json``); this
+module sets them side by side, from plain data, so the tests drive it with no GPU:
+
+- :func:`where_waiting` reads a rank's thread stacks (as :mod:`faulthandler` writes them) for
+  the call it was waiting in and the line of the learner's that made it;
+- :func:`across` puts each rank's ending, figures and finding in one row, and says:
+  **which rank failed first** (the first to end with an error, by the moment its result came);
+  **why each other rank stopped**: it finished, it failed after the first in a collective (the
+  consequence: its peer was gone), it failed on its own, or it was still waiting when
+  :mod:`oomlab.measure.ranks` stopped it, and where; **whether the ranks waited in different
+  collectives**, which is how a desynchronised job hangs; and **what differs**: each figure whose
+  spread across ranks is at least :data:`SPREAD_FLOOR` and :data:`SPREAD_SHARE` of its largest
+  value, and a finding that only some ranks have.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from oomlab.frames import is_learner
+from oomlab.units import MIB, format_bytes
+
+__all__ = ["COLUMNS", "SPREAD_FLOOR", "SPREAD_SHARE", "across", "is_collective_error", "where_waiting"]
+
+TOOL = "ranks"
+
+# The figures set side by side: (key in a row, what it is called). The allocator's come from each
+# rank's own memory_stats(); the driver's from NVML, read from outside by the pid of each rank.
+COLUMNS = (
+    ("peak_allocated", "peak allocated"),
+    ("peak_reserved", "peak reserved"),
+    ("inactive_split_peak", "peak non-releasable"),
+    ("allocated_final", "allocated at the end"),
+    ("reserved_final", "reserved at the end"),
+    ("driver_peak", "driver's peak (context, NCCL)"),
+)
+# A figure differs between ranks when its spread is at least this many bytes and this share of its largest value:
+# equal ranks of a data-parallel job differ by a few blocks, and the imbalances that break a job by hundreds of MiB.
+SPREAD_FLOOR = 64 * MIB
+SPREAD_SHARE = 0.10
+
+# What a rank says when its collective failed because another rank was gone: gloo's closed pair, NCCL's watchdog
+# and its timeout, the process group's own errors.
+_COLLECTIVE = re.compile(
+    r"Connection (closed|reset) by peer|NCCL|Watchdog|ProcessGroup|collective operation timeout|"
+    r"DistBackendError|DistNetworkError|DistStoreError|gloo",
+    re.I,
+)
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.I)
+_FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (\S+)')
+
+
+def is_collective_error(row: dict) -> bool:
+    """The rank's error came out of torch.distributed: a collective or the process group, not the rank's own work."""
+    said = f"{row.get('error_type', '')} {row.get('message', '')}"
+    return bool(_COLLECTIVE.search(said))
+
+
+def _short(filename: str) -> str:
+    """``torch/distributed/distributed_c10d.py`` from a full path into site-packages; else the file's name."""
+    path = filename.replace("\\", "/")
+    if "/torch/" in path:
+        return "torch/" + path.rsplit("/torch/", 1)[1]
+    return path.rsplit("/", 1)[-1]
+
+
+def _is_distributed(filename: str) -> bool:
+    return "/torch/distributed/" in filename.replace("\\", "/")
+
+
+def where_waiting(stacks: str, script: str) -> dict | None:
+    """Where a rank's main work was when its stacks were written: the call it waited in, and the learner's line.
+
+    ``stacks`` is :mod:`faulthandler`'s dump of every thread (most recent call first). The thread
+    that runs the script is the one with a frame of the learner's (the script, or a file beside
+    it); of its frames, the innermost of the learner's is ``at`` (``train.py:31 in step``), and
+    ``call`` is the ``torch.distributed`` function it waits in (``all_reduce``), else the function
+    the learner's line called.
+    None when no thread ran the learner's code.
+    """
+    threads: list[list[tuple[str, int, str]]] = []
+    for line in stacks.splitlines():
+        if _THREAD.match(line.strip()):
+            threads.append([])
+        elif (frame := _FRAME.match(line)) and threads:
+            threads[-1].append((frame[1], int(frame[2]), frame[3]))
+    for frames in threads:
+        mine = [i for i, (filename, _, _) in enumerate(frames) if is_learner(filename, script)]
+        if not mine:
+            continue
+        inner = frames[: mine[0]]
+        # The collective it waits in (all_reduce, not the logging wrapper around it), else what the learner called.
+        collectives = [f for f in inner if _is_distributed(f[0]) and not f[2].startswith("_") and f[2] != "wrapper"]
+        called = collectives[0] if collectives else (inner[-1] if inner else None)
+        filename, line, function = frames[mine[0]]
+        return {
+            "at": f"{_short(filename)}:{line}",
+            "in": function,
+            "call": called[2] if called else "",
+            "call_at": f"{_short(called[0])}:{called[1]}" if called else "",
+            "collective": bool(collectives),
+        }
+    return None
+
+
+def _ending(row: dict) -> str:
+    if row["status"] == "ok":
+        return "finished"
+    where = f" at {row['where']}" if row.get("where") else ""
+    what = "ran out of memory" if row["status"] == "oom" else f"failed ({row.get('error_type') or row['status']})"
+    return f"{what}{where}"
+
+
+def _waiting(row: dict) -> str:
+    waiting = row.get("waiting")
+    if not waiting:
+        return "still running"
+    if not waiting["call"]:  # waiting in the learner's own line: in a CUDA call, such as .item() after NCCL's kernels
+        return f"waiting at {waiting['at']}"
+    return f"waiting in {waiting['call']} ({waiting['call_at']}), called at {waiting['at']}"
+
+
+def _first_failure(rows: list[dict]) -> dict | None:
+    failed = [r for r in rows if r["status"] != "ok" and not r.get("stopped") and r.get("ended_s") is not None]
+    return min(failed, key=lambda r: (r["ended_s"], r["rank"])) if failed else None
+
+
+def _why_stopped(row: dict, first: dict | None) -> str:
+    """Why a rank other than the first to fail ended as it did."""
+    if row.get("stopped"):
+        after = f" {row['stopped_s'] - first['ended_s']:.1f} s after rank {first['rank']} failed" if first else ""
+        return f"{_waiting(row)}: stopped{after}"
+    if row["status"] == "ok":
+        return "finished"
+    if first is not None and is_collective_error(row):
+        return f"{_ending(row)} in a collective, {row['ended_s'] - first['ended_s']:.1f} s after rank {first['rank']}: its peer was gone"
+    if row["status"] == "timeout":
+        return "ran past the time limit"
+    return _ending(row)
+
+
+def _differences(rows: list[dict], tool: str) -> list[dict]:
+    found = []
+    for key, label in COLUMNS:
+        values = {r["rank"]: r[key] for r in rows if isinstance(r.get(key), int)}
+        if len(values) < 2:
+            continue
+        most, least = max(values.values()), min(values.values())
+        if most - least >= SPREAD_FLOOR and most - least >= SPREAD_SHARE * most:
+            high = max(values, key=lambda rank: (values[rank], -rank))
+            low = min(values, key=lambda rank: (values[rank], rank))
+            found.append(
+                {
+                    "figure": key,
+                    "label": label,
+                    "by_rank": values,
+                    "spread_bytes": most - least,
+                    "text": f"{label}: rank {high} {format_bytes(most)}, rank {low} {format_bytes(least)} "
+                    f"(+{format_bytes(most - least)})",
+                }
+            )
+    findings: dict[str, list[int]] = {}
+    for r in rows:
+        if r.get("culprit"):
+            findings.setdefault(r["culprit"], []).append(r["rank"])
+    for culprit, ranks in findings.items():
+        if len(ranks) < len(rows):
+            held = max(r.get("culprit_bytes") or 0 for r in rows if r["rank"] in ranks)
+            found.append(
+                {
+                    "figure": "culprit",
+                    "label": f"what the {tool or 'tool'} found",
+                    "by_rank": {r: culprit for r in ranks},
+                    "spread_bytes": held,
+                    "text": f"only {_ranks(ranks)}: {culprit} ({format_bytes(held)})",
+                }
+            )
+    return found
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def across(rows: list[dict], tool: str = "") -> dict:
+    """The cross-rank view of one job, from one row per rank; ``ranks.json``.
+
+    A row: ``rank``, ``status``, ``where``, ``message``, ``error_type``, ``ended_s`` (from the job's
+    start; None if it never ended on its own), ``stopped`` and ``stopped_s``, ``waiting``
+    (:func:`where_waiting`), the figures of :data:`COLUMNS`, and the rank's finding (``kind``,
+    ``headline``, ``culprit``, ``culprit_bytes``). Returns the rows, ``first_failure``, each other
+    rank's ``why``, ``desynchronised`` (the ranks left waiting wait at different calls or lines),
+    ``differences``, and a ``headline``.
+    """
+    rows = sorted(rows, key=lambda r: r["rank"])
+    first = _first_failure(rows)
+    for row in rows:
+        row["ending"] = _ending(row)
+        row["why"] = "failed first" if row is first else _why_stopped(row, first)
+    waits = {(r["waiting"]["call"], r["waiting"]["at"]) for r in rows if r.get("stopped") and r.get("waiting")}
+    desynchronised = len(waits) > 1
+    differences = _differences(rows, tool)
+    parts = []
+    if first is not None:
+        parts.append(f"rank {first['rank']} {_ending(first)} first, after {first['ended_s']:.1f} s")
+        parts += [f"rank {r['rank']} {r['why']}" for r in rows if r is not first and r["why"] != "finished"]
+    elif any(r.get("stopped") for r in rows):
+        parts.append("no rank failed, and the job did not end: " + "; ".join(f"rank {r['rank']} {_waiting(r)}" for r in rows))
+    elif all(r["status"] == "ok" for r in rows):
+        parts.append(f"all {len(rows)} ranks finished")
+    else:
+        parts += [f"rank {r['rank']} {r['ending']}" for r in rows if r["status"] != "ok"]
+    if desynchronised:
+        parts.append("the ranks wait at different calls: they no longer run the same collectives in the same order")
+    if differences:
+        parts.append("they differ in " + ", ".join(dict.fromkeys(d["label"] for d in differences)))
+    elif len(rows) > 1:
+        parts.append("their memory is alike")
+    return {
+        "tool": TOOL,
+        "of": tool,
+        "world_size": len(rows),
+        "kind": "failed" if first else ("hung" if any(r.get("stopped") for r in rows) else "finished"),
+        "headline": "; ".join(parts) + ".",
+        "first_failure": first["rank"] if first else None,
+        "desynchronised": desynchronised,
+        "differences": differences,
+        "ranks": rows,
+    }

@@ -1,0 +1,78 @@
+"""The view across ranks for people: one row per rank, what differs, who failed first, and one picture.
+
+:func:`render` gives the table (each rank's ending and why, its figures, its own finding), the
+headline, the differences, and the rank to read first: the first to fail, else the one with
+the largest peak. :func:`draw` plots each rank's peaks side by side (``ranks.png``), where there
+are figures (a job run with no GPU has none). Both read only ``ranks.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomlab.tools.base import figure, pyplot, save_figure
+from oomlab.tools.ranks.analysis import TOOL
+from oomlab.units import MIB, format_bytes
+
+__all__ = ["draw", "focus", "render"]
+
+SHOWN = (("peak_allocated", "peak allocated"), ("peak_reserved", "peak reserved"), ("driver_peak", "driver"))
+
+
+def focus(result: dict) -> int | None:
+    """The rank to read first: the first to fail; else the one with the largest peak reserved; else rank 0."""
+    if result.get("first_failure") is not None:
+        return result["first_failure"]
+    ranks = result.get("ranks") or []
+    if not ranks:
+        return None
+    return max(ranks, key=lambda r: (r.get("peak_reserved") or 0, -r["rank"]))["rank"]
+
+
+def render(result: dict) -> list:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"{result['world_size']} ranks · {result.get('of') or 'run'}", title_justify="left")
+    table.add_column("rank", justify="right")
+    table.add_column("ended")
+    for _, label in SHOWN:
+        table.add_column(label, justify="right")
+    table.add_column("finding", overflow="fold")
+    for row in result["ranks"]:
+        style = "red" if row["rank"] == result.get("first_failure") else None
+        table.add_row(
+            str(row["rank"]),
+            row["why"] if row["why"] != "failed first" else f"{row['ending']} (first)",
+            *(format_bytes(row.get(key)) for key, _ in SHOWN),
+            row.get("headline") or row.get("error") or "no report",
+            style=style,
+        )
+    out: list = [table, Text(result["headline"], style="bold")]
+    for difference in result["differences"]:
+        out.append(Text(f"  differs: {difference['text']}"))
+    rank = focus(result)
+    if rank is not None and result.get("out_dir"):
+        out.append(Text(f"Read rank {rank} first: {Path(result['out_dir']) / f'rank{rank}'}", style="dim"))
+    return out
+
+
+def draw(result: dict, out_dir: Path) -> list[Path]:
+    """``ranks.png``: each rank's peaks side by side; nothing when no rank has a figure."""
+    rows = result["ranks"]
+    shown = [(key, label) for key, label in SHOWN if any(isinstance(r.get(key), int) for r in rows)]
+    if not shown:
+        return []
+    plt = pyplot()
+    fig, ax = figure(plt, 3.6)
+    width = 0.8 / len(shown)
+    for i, (key, label) in enumerate(shown):
+        xs = [r["rank"] + (i - (len(shown) - 1) / 2) * width for r in rows]
+        ax.bar(xs, [(r.get(key) or 0) / MIB for r in rows], width=width, label=label)
+    ax.set_xticks([r["rank"] for r in rows], [f"rank {r['rank']}" for r in rows])
+    ax.set_ylabel("MiB")
+    ax.set_title(result["headline"][:140], fontsize=9, loc="left")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return [save_figure(fig, Path(out_dir) / f"{TOOL}.png")]

@@ -1,0 +1,330 @@
+"""A tool on every rank of a torchrun job: launching it, stopping the ranks left waiting, and the view across ranks.
+
+The view is pure (synthetic rows); the launch runs a real job of two gloo ranks on the CPU,
+each rank under the hunt's probe, as ``oomlab hunt torchrun --nproc-per-node 2`` would on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from oomlab.errors import OomLabError
+from oomlab.tools.ranks.analysis import SPREAD_FLOOR, across, where_waiting
+from oomlab.tools.run import launcher_ranks
+from oomlab.units import GIB, MIB
+
+SITE = "/venv/lib/python3.11/site-packages/torch/distributed"
+ALL_REDUCE_STACKS = f"""\
+Thread 0x00007f02a0ffd640 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+  File "{SITE}/elastic/timer/local_timer.py", line 80 in run
+
+Current thread 0x00007f02ad4a0b80 (most recent call first):
+  File "{SITE}/distributed_c10d.py", line 3252 in all_reduce
+  File "{SITE}/c10d_logger.py", line 83 in wrapper
+  File "/work/job/train.py", line 31 in step
+  File "/work/job/train.py", line 40 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+"""
+
+
+def test_the_stacks_say_which_collective_a_rank_waits_in_and_the_learners_line():
+    waiting = where_waiting(ALL_REDUCE_STACKS, "/work/job/train.py")
+    assert waiting == {
+        "at": "train.py:31",
+        "in": "step",
+        "call": "all_reduce",  # not c10d_logger's wrapper around it
+        "call_at": "torch/distributed/distributed_c10d.py:3252",
+        "collective": True,
+    }
+
+
+def test_outside_torch_distributed_the_call_is_what_the_learners_line_called():
+    stacks = """\
+Current thread 0x1 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+  File "/work/job/helpers.py", line 7 in wait_for_checkpoint
+  File "/work/job/train.py", line 12 in <module>
+"""
+    waiting = where_waiting(stacks, "/work/job/train.py")
+    # A file beside the script is the learner's too.
+    assert (waiting["at"], waiting["call"], waiting["collective"]) == ("helpers.py:7", "wait", False)
+    only_python = 'Current thread 0x1 (most recent call first):\n  File "<frozen runpy>", line 88 in _run_code\n'
+    assert where_waiting(only_python, "/w/train.py") is None
+
+
+def row(rank, status="ok", **extra):
+    return {"rank": rank, "status": status, "where": "", "error_type": "", "message": "", "ended_s": 5.0, **extra}
+
+
+def test_the_first_rank_to_fail_is_named_and_a_collective_error_after_it_is_its_consequence():
+    rows = [
+        row(
+            0,
+            "error",
+            where="train.py:31",
+            error_type="RuntimeError",
+            ended_s=3.3,
+            message="[gloo/pair.cc:553] Connection closed by peer",
+        ),
+        row(
+            1,
+            "oom",
+            where="train.py:25",
+            error_type="OutOfMemoryError",
+            ended_s=3.1,
+            culprit="global 'history'",
+            culprit_bytes=3 * GIB,
+        ),
+        row(2, ended_s=9.0),
+    ]
+    result = across(rows, "hunt")
+    assert result["first_failure"] == 1 and result["kind"] == "failed"
+    assert result["headline"].startswith(
+        "rank 1 ran out of memory at train.py:25 first, after 3.1 s; rank 0 failed (RuntimeError)"
+    )
+    assert [r["why"] for r in result["ranks"]] == [
+        "failed (RuntimeError) at train.py:31 in a collective, 0.2 s after rank 1: its peer was gone",
+        "failed first",
+        "finished",
+    ]
+    assert [d["text"] for d in result["differences"]] == ["only rank 1: global 'history' (3,072.0 MiB)"]
+
+
+def test_an_error_of_its_own_after_the_first_failure_is_not_called_a_consequence():
+    rows = [
+        row(0, "oom", where="train.py:9", ended_s=1.0),
+        row(1, "error", where="train.py:12", error_type="KeyError", ended_s=2.0),
+    ]
+    assert across(rows)["ranks"][1]["why"] == "failed (KeyError) at train.py:12"
+
+
+def test_ranks_left_waiting_at_different_collectives_are_a_desynchronised_job():
+    waiting = where_waiting(ALL_REDUCE_STACKS, "/work/job/train.py")
+    barrier = {**waiting, "call": "barrier", "at": "train.py:52"}
+    rows = [
+        row(0, "error", ended_s=None, stopped=True, stopped_s=600.0, waiting=waiting),
+        row(1, "error", ended_s=None, stopped=True, stopped_s=600.0, waiting=barrier),
+    ]
+    result = across(rows)
+    assert result["kind"] == "hung" and result["first_failure"] is None and result["desynchronised"]
+    assert (
+        "rank 0 waiting in all_reduce (torch/distributed/distributed_c10d.py:3252), called at train.py:31" in result["headline"]
+    )
+    assert "rank 1 waiting in barrier" in result["headline"] and "different calls" in result["headline"]
+    assert not across([rows[0], {**rows[1], "waiting": waiting}])["desynchronised"]
+
+
+def test_a_figure_differs_only_past_the_floor_and_the_share_of_its_largest_value():
+    alike = [row(0, peak_reserved=8 * GIB), row(1, peak_reserved=8 * GIB + SPREAD_FLOOR - 1)]
+    result = across(alike)
+    assert result["differences"] == [] and result["headline"] == "all 2 ranks finished; their memory is alike."
+    imbalanced = [row(0, peak_reserved=8 * GIB, driver_peak=9 * GIB), row(1, peak_reserved=2 * GIB, driver_peak=3 * GIB)]
+    result = across(imbalanced)
+    assert [d["text"] for d in result["differences"]] == [
+        "peak reserved: rank 0 8,192.0 MiB, rank 1 2,048.0 MiB (+6,144.0 MiB)",
+        "driver's peak (context, NCCL): rank 0 9,216.0 MiB, rank 1 3,072.0 MiB (+6,144.0 MiB)",
+    ]
+    assert "they differ in peak reserved, driver's peak" in result["headline"]
+    small = [row(0, peak_reserved=100 * MIB), row(1, peak_reserved=180 * MIB)]  # 80 MiB is most of 180: a difference
+    assert len(across(small)["differences"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("words", "ranks", "rest"),
+    [
+        (["torchrun", "--nproc-per-node", "2", "train.py", "--lr", "3e-4"], 2, ["train.py", "--lr", "3e-4"]),
+        (["torchrun", "--standalone", "--nproc_per_node=4", "train.py"], 4, ["train.py"]),
+        (["/usr/bin/torchrun", "--nnodes=1", "train.py"], 1, ["train.py"]),
+        (["python3", "-m", "torch.distributed.run", "--nproc-per-node=2", "t.py"], 2, ["t.py"]),
+        (["train.py", "--nproc-per-node", "2"], 0, ["train.py", "--nproc-per-node", "2"]),  # not a launcher: the script's
+    ],
+)
+def test_torchruns_words_give_the_ranks_and_the_script(words, ranks, rest):
+    assert launcher_ranks(words) == (ranks, rest)
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["torchrun", "--nnodes", "2", "train.py"], "on this machine only"),
+        (["torchrun", "--nproc-per-node", "gpu", "train.py"], "give the number of ranks"),
+        (["torchrun", "--nproc-per-node", "0", "train.py"], "give the number of ranks"),
+        (["torchrun", "--rdzv-endpoint=host:29400", "train.py"], "is not one oomlab takes"),
+        (["torchrun", "--nproc-per-node"], "needs a value"),
+        (["torchrun", "--standalone"], "names no script"),
+    ],
+)
+def test_torchrun_options_that_leave_this_machine_are_refused_with_what_to_write(words, said):
+    with pytest.raises(OomLabError, match=said):
+        launcher_ranks(words)
+
+
+def test_compare_refuses_a_torchrun_job_and_says_how_to_compare_two_ranks(tmp_path):
+    from oomlab.tools.compare import sides
+
+    (tmp_path / "train.py").write_text("print(1)\n", encoding="utf-8")
+    with pytest.raises(OomLabError, match="one run per rank") as err:
+        sides.prepare(f"torchrun --nproc-per-node 2 {tmp_path / 'train.py'}")
+    assert "rank0/snapshot.pickle" in err.value.todo
+
+
+def test_the_doctor_says_which_torchrun_jobs_this_machine_runs():
+    from types import SimpleNamespace
+
+    from oomlab.measure.machine import distributed_row
+
+    def fake(gpus, gloo=True, nccl=True, available=True):
+        dist = SimpleNamespace(is_available=lambda: available, is_gloo_available=lambda: gloo, is_nccl_available=lambda: nccl)
+        return SimpleNamespace(distributed=dist, cuda=SimpleNamespace(device_count=lambda: gpus))
+
+    assert distributed_row(fake(1)) == (
+        "ok",
+        "torchrun jobs",
+        "gloo: any number of ranks, sharing the GPUs; NCCL: up to 1 rank, one GPU each",
+    )
+    assert distributed_row(fake(2, gloo=False))[2] == "NCCL: up to 2 ranks, one GPU each"
+    assert distributed_row(fake(2, available=False))[0] == "warn"
+    assert distributed_row(fake(2, gloo=False, nccl=False))[0] == "warn"
+
+
+# -- a real job of two gloo ranks on the CPU --------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+needs_gloo = pytest.mark.skipif(
+    not (torch.distributed.is_available() and torch.distributed.is_gloo_available()), reason="torch has no gloo backend"
+)
+
+JOB = """
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.Linear(32, 256)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for step in range(4):
+    out = model(torch.randn(64, 32))
+    optimizer.zero_grad()
+    out.mean().backward()
+    if rank == 1:
+        history.append(out.detach())
+        if step == 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+    dist.all_reduce(model.weight.grad)
+    optimizer.step()
+"""
+
+
+@needs_gloo
+def test_every_rank_is_hunted_and_the_rank_that_failed_first_is_named(tmp_path, monkeypatch):
+    from oomlab.cli import console
+    from oomlab.cli.tools import run_and_show_ranks
+    from oomlab.tools.run import resolve, run_tool_on_ranks
+
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(JOB).lstrip(), encoding="utf-8")
+    target = resolve(["torchrun", "--nproc-per-node", "2", str(script)])
+    assert (target.ranks, target.label) == (2, "train-ranks2")
+    out = tmp_path / "out"
+    result = run_tool_on_ranks(target, "hunt", out, {"device": "cpu", "min_bytes": 1024}, require_cuda=False)
+
+    first, other = result["ranks"][1], result["ranks"][0]
+    assert result["first_failure"] == 1 and first["status"] == "oom" and first["where"] == "train.py:17"
+    # Rank 1's process ended, so rank 0's all_reduce saw its peer's connection close: a consequence, said as one.
+    assert other["status"] == "error" and other["where"] == "train.py:18"
+    assert "in a collective" in other["why"] and "its peer was gone" in other["why"]
+    assert first["culprit"] == "global 'history'" and first["kind"] == "container-leak"
+    assert other["culprit"] != "global 'history'"  # rank 0 kept nothing: the leak is rank 1's alone
+    assert {p.name for p in out.iterdir()} == {"ranks.json", "rank0", "rank1"}
+    assert json.loads((out / "rank1" / "hunt.json").read_text())["culprit"] == "global 'history'"
+    assert json.loads((out / "ranks.json").read_text())["headline"] == result["headline"]
+
+    with console.capture() as shown:
+        run_and_show_ranks("hunt", target, None, result)
+    said = " ".join(shown.get().split())
+    assert "rank 1 of 2" in said and "first, after" in said and f"Read rank 1 first: {out / 'rank1'}" in said
+
+
+@needs_gloo
+def test_a_rank_still_waiting_after_another_failed_is_asked_where_and_stopped(tmp_path):
+    """The watcher alone, on one rank's process started as torchrun would: rank 1 has failed, rank 0 waits."""
+    from oomlab.measure import ranks
+
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}").mkdir()
+    failed = tmp_path / "rank1" / "result.json"
+    script = tmp_path / "train.py"
+    # Rank 1 fails once rank 0 is in its script, waiting for it.
+    script.write_text(
+        f"import threading\n\nopen({str(failed)!r}, 'w').write('{{\"status\": \"oom\"}}')\n\n\n"
+        "def wait_for_rank_1():\n    threading.Event().wait()\n\n\nwait_for_rank_1()\n"
+    )
+    spec = {
+        "script": str(script),
+        "args": [],
+        "budget_bytes": None,
+        "seed": 0,
+        "require_cuda": False,
+        "result_path": str(tmp_path / "rank0" / "result.json"),
+        "weights_path": str(tmp_path / "rank0" / "weights.f32"),
+        "work_dir": str(tmp_path / "rank0"),
+        "tool": None,
+    }
+    (tmp_path / "rank0" / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.Popen(
+        [sys.executable, str(ranks.RANK_CHILD), str(tmp_path)], env={**os.environ, "RANK": "0"}, start_new_session=True
+    )
+    watch = ranks.Watch(tmp_path, 2, time_limit_s=60, grace_s=0.5, driver=False)
+    start = time.perf_counter()
+    job = watch.run(proc)
+    assert not job["timed_out"] and time.perf_counter() - start < 30
+    run = watch.rank_run(0, script, None, job)
+    assert run.stopped_s is not None and run.stopped_s >= 0.5
+    assert where_waiting(run.stacks, str(script))["at"] == "train.py:7"
+    # The interrupt ended the wait, so the rank still wrote its result, as a failure where it waited.
+    assert run.measurement.error_type == "KeyboardInterrupt" and run.measurement.where == "train.py:7"
+
+
+def test_a_rank_waiting_in_its_own_line_is_said_to_wait_there():
+    stacks = 'Current thread 0x1 (most recent call first):\n  File "/work/job/train.py", line 40 in <module>\n'
+    rows = [row(0, "oom", where="train.py:9", ended_s=1.0), row(1, "error", stopped=True, stopped_s=11.0)]
+    rows[1]["waiting"] = where_waiting(stacks, "/work/job/train.py")
+    assert across(rows)["ranks"][1]["why"] == "waiting at train.py:40: stopped 10.0 s after rank 0 failed"
+
+
+def test_diagnose_on_a_torchrun_job_gives_each_rank_its_verdict(tmp_path, monkeypatch):
+    from oomlab.cli import tools as cli_tools
+    from oomlab.tools.run import Target
+
+    found = {"hunt": {1: ("container-leak", "list `history` (global) grew by 3.0 GiB")}}
+
+    def fake_run(target, name, out, options):
+        reports = {}
+        for rank in range(target.ranks):
+            kind, headline = found.get(name, {}).get(rank, ("none", f"{name}: nothing on rank {rank}"))
+            reports[rank] = {"tool": name, "kind": kind, "headline": headline, "culprit_bytes": 0, "out_dir": str(out)}
+        rows = [row(r, headline=reports[r]["headline"]) for r in range(target.ranks)]
+        return {**across(rows, name), "reports": reports, "job": {"wall_s": 1.0}, "out_dir": str(out)}
+
+    monkeypatch.setattr(cli_tools, "run_tool_on_ranks", fake_run)
+    monkeypatch.setattr(cli_tools, "run_and_show_ranks", lambda *args, **kwargs: None)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    target = Target(script=script, args=(), budget_bytes=None, alloc_conf="", time_limit_s=60, label="train-ranks2", ranks=2)
+    cli_tools.diagnose_ranks(target, tmp_path / "out", all_steps=False)
+    verdict = json.loads((tmp_path / "out" / "diagnose.json").read_text())
+    assert verdict["ranks"]["1"]["fix_first"] == "container-leak" and verdict["ranks"]["1"]["found_by"] == "hunt"
+    assert verdict["ranks"]["0"]["fix_first"] is None
+    assert verdict["across"] == "all 2 ranks finished; their memory is alike."
