@@ -97,6 +97,8 @@ def run_and_show_ranks(name: str, target: Target, out: Path | None, result: dict
         show(name, result["reports"][rank], Path(result["reports"][rank]["out_dir"]))
     console.rule(f"{name} · {target.script.name} · {target.ranks} ranks · {result['job']['wall_s']:.1f} s")
     show(name, result, Path(result["out_dir"]), ranks_present)
+    if rank is not None:
+        console.print(Text(f"Read rank {rank} first: {Path(result['out_dir']) / f'rank{rank}'}", style="dim"), soft_wrap=True)
     console.print(Text(f"Result: {Path(result['out_dir']) / 'ranks.json'}", style="dim"), soft_wrap=True)
     return result
 

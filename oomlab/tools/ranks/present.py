@@ -1,8 +1,8 @@
 """The view across ranks for people: one row per rank, what differs, who failed first, and one picture.
 
 :func:`render` gives the table (each rank's ending and why, its figures, its own finding), the
-headline, the differences, and the rank to read first: the first to fail, else the one with
-the largest peak. :func:`draw` plots each rank's peaks side by side (``ranks.png``), where there
+headline and the differences; :func:`focus` names the rank to read first: the first to fail,
+else the one with the largest peak. :func:`draw` plots each rank's peaks side by side (``ranks.png``), where there
 are figures (a job run with no GPU has none). Both read only ``ranks.json``.
 """
 
@@ -51,9 +51,6 @@ def render(result: dict) -> list:
     out: list = [table, Text(result["headline"], style="bold")]
     for difference in result["differences"]:
         out.append(Text(f"  differs: {difference['text']}"))
-    rank = focus(result)
-    if rank is not None and result.get("out_dir"):
-        out.append(Text(f"Read rank {rank} first: {Path(result['out_dir']) / f'rank{rank}'}", style="dim"))
     return out
 
 
