@@ -171,7 +171,8 @@ def fix_first(results: dict[str, dict]) -> dict:
         "fix_first": first,
         "found_by": source,
         "headline": results[source]["headline"] if source else "No structural problem found: the memory goes to the work itself.",
-        "advice": advice(first) if first else NOTHING_STRUCTURAL,
+        # The tool's own advice where it has one that fits what it found (the profile's names the peak's operator).
+        "advice": (results[source].get("advice") or advice(first)) if first else NOTHING_STRUCTURAL,
         "why": why,
         "findings": {name: {"kind": kinds[name], "headline": r.get("headline", "")} for name, r in results.items()},
         "then": HYPERPARAMETERS_LAST,

@@ -156,6 +156,26 @@ def test_peak_is_transient_and_the_headline_names_it(result):
     assert f"train_small.py:{ONE_HOT_LINE}" in result["headline"]
     assert "12.0 MiB" in result["headline"]
     assert result["tool"] == "profile" and isinstance(result["culprit_bytes"], int)
+    # The line's bytes are mostly aten::one_hot's (int64; .float() copies it to half the size): the advice fits it.
+    assert peak["culprit"]["op"] == "aten::one_hot"
+    assert result["advice"].startswith("The peak is a one-hot matrix of the targets: F.cross_entropy takes the class")
+
+
+def peak_of(op: str) -> dict:
+    line = {"file": "model.py", "line": 188, "text": "logits = self.lm_head(x)", "bytes": 1178 * MIB, "op": op}
+    return {"kind": "transient-peak", "peak": {"op": "aten::layer_norm", "culprit": line}, "headline": "the peak"}
+
+
+def test_the_advice_fits_the_operator_that_made_the_peaks_bytes_not_the_one_that_tipped_it():
+    from oomlab.steps import advice as structural_advice
+    from oomlab.steps import fix_first
+
+    logits = analysis.advice(peak_of("aten::mm"))
+    assert "logits" in logits and "chunks of the positions" in logits and "class indices" not in logits
+    assert analysis.advice(peak_of("aten::native_layer_norm")) == structural_advice("transient-peak")  # none fits better
+    assert analysis.advice({"kind": "steady"}) is None
+    verdict = fix_first({"profile": {**peak_of("aten::mm"), "advice": logits}, "hunt": {"kind": "none", "headline": ""}})
+    assert verdict["fix_first"] == "transient-peak" and verdict["advice"] == logits
 
 
 def test_top_ops_contain_the_one_hot(result):

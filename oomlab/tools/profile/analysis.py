@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import bisect
 
+from oomlab.steps import advice as structural_advice
 from oomlab.units import format_bytes
 
 __all__ = [
     "CATEGORIES",
     "MAX_POINTS",
     "PERSISTENT",
+    "PEAK_ADVICE",
     "TOOL",
     "Calls",
+    "advice",
     "carried_bytes",
     "category_label",
     "choose_culprit",
@@ -56,6 +59,33 @@ CATEGORIES = (
     "kept",
     "unknown",
 )
+# What cuts a transient peak depends on the operator that made the most of its bytes (the culprit line's): the
+# workflow's advice names a fused loss, which is no help where the loss is fused already and the bytes are logits.
+PEAK_ADVICE = (
+    (
+        ("aten::one_hot",),
+        "The peak is a one-hot matrix of the targets: F.cross_entropy takes the class indices as they are, with no "
+        "one-hot matrix.",
+    ),
+    (
+        ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"),
+        "The peak is the output of a matrix product, such as an output layer's logits over a large vocabulary: make "
+        "fewer of them at once. Compute the loss over chunks of the positions and add the chunks up, or compute "
+        "logits only where a loss or a prediction needs them (the last position, when generating).",
+    ),
+    (
+        ("aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"),
+        "The peak is a softmax over a large matrix, such as attention scores: F.scaled_dot_product_attention can "
+        "compute attention without keeping the score matrix; a loss can take the logits as they are "
+        "(F.cross_entropy applies log-softmax itself).",
+    ),
+    (
+        ("aten::cat", "aten::stack", "aten::clone", "aten::contiguous", "aten::_to_copy", "aten::copy_", "aten::repeat"),
+        "The peak holds a copy of a large tensor beside the original: keep one of them (views instead of copies, "
+        "a preallocated buffer filled in place, or the original released before the copy is made).",
+    ),
+)
+
 # Memory that outlives a training step; the rest is created and freed within it.
 PERSISTENT = ("parameters", "gradients", "optimizer_state")
 
@@ -174,7 +204,15 @@ def choose_culprit(site: dict, by_line: list[dict]) -> dict | None:
     list of kept tensors holds most of it; then that list's line is the culprit.
     """
     ranked = [row for row in by_line if row.get("line")]
-    own = {"file": site.get("file"), "line": site.get("line"), "text": site.get("text", ""), "bytes": site.get("line_bytes", 0)}
+    # The operator that made most of the line's bytes, not only the allocation that tipped the peak (a copy of it).
+    same = next((row for row in ranked if (row["file"], row["line"]) == (site.get("file"), site.get("line"))), {})
+    own = {
+        "file": site.get("file"),
+        "line": site.get("line"),
+        "text": site.get("text", ""),
+        "bytes": site.get("line_bytes", 0),
+        "op": same.get("op") or site.get("op"),
+    }
     if not ranked:
         return own if own["line"] else None
     top = ranked[0]
@@ -338,6 +376,21 @@ def downsample(times: list[int], levels: dict[str, list[int]], t0: int, max_poin
 
 
 # --------------------------------------------------------------------------- words
+
+
+def advice(result: dict) -> str | None:
+    """What to do about the profile's finding: for a transient peak, advice that fits the operator that made it.
+
+    The operator is the culprit line's (the line that holds the most of the peak), else the
+    peak's own; where it is none of :data:`PEAK_ADVICE`'s, the workflow's advice for a transient
+    peak. None for a finding that is not a structural problem.
+    """
+    kind = result.get("kind", "")
+    if kind != "transient-peak":
+        return structural_advice(kind)
+    peak = result.get("peak") or {}
+    op = (peak.get("culprit") or {}).get("op") or peak.get("op") or ""
+    return next((said for ops, said in PEAK_ADVICE if op in ops), None) or structural_advice(kind)
 
 
 def category_label(category: str) -> str:

@@ -258,12 +258,18 @@ def peak_site(dev_allocs, t_peak: int, sites: Sites) -> tuple[dict, dict[int, in
     # Which lines the bytes live at the peak came from: the line to change, and what it costs.
     live = live_allocations([(a[0], a[1], a[2]) for a in dev_allocs], t_peak)
     by_line: dict[tuple, int] = {}
+    ops: dict[tuple, dict[str, int]] = {}  # the operators that made each line's bytes: the advice depends on them
     for index, size in live.items():
         origin = sites.of(dev_allocs[index][5])
         key = (origin["file"], origin["line"], origin["text"])
         by_line[key] = by_line.get(key, 0) + size
+        made = ops.setdefault(key, {})
+        made[origin["op"]] = made.get(origin["op"], 0) + size
     ranked = sorted(by_line.items(), key=lambda kv: -kv[1])
-    site["by_line"] = [{"file": f, "line": n, "text": text, "bytes": b} for (f, n, text), b in ranked[:8]]
+    site["by_line"] = [
+        {"file": f, "line": n, "text": text, "bytes": b, "op": max(ops[f, n, text], key=ops[f, n, text].get)}
+        for (f, n, text), b in ranked[:8]
+    ]
     site["line_bytes"] = by_line.get((site["file"], site["line"], site["text"]), 0) if site["line"] else 0
     site["culprit"] = choose_culprit(site, site["by_line"])
     return site, live

@@ -64,10 +64,13 @@ def render(result: dict) -> list:
             lines = Table(title="Live at the peak, by the line that allocated it", title_justify="left", header_style="bold")
             lines.add_column("line")
             lines.add_column("MiB", justify="right")
+            lines.add_column("operator")
             lines.add_column("code", style="dim")
             for row in peak["by_line"]:
-                lines.add_row(where(row) or "(no line)", in_mib(row["bytes"]), row.get("text") or "")
+                lines.add_row(where(row) or "(no line)", in_mib(row["bytes"]), row.get("op") or "", row.get("text") or "")
             out.append(lines)
+    if result.get("kind") == "transient-peak" and result.get("advice"):
+        out.append(Text(result["advice"], style="italic"))
     for note in result.get("notes") or []:
         out.append(Text(f"note: {note}", style="yellow"))
     return out

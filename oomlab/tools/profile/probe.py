@@ -95,6 +95,7 @@ class Probe(base.Probe):
             result["failed_at"] = _failed_at(exc, self.script)
             result["unprofiled_failure"] = {"after_steps": self.steps, "message": first_line(str(exc))}
         result["headline"] = analysis.headline(result)  # now that it knows which steps it saw
+        result["advice"] = analysis.advice(result)
         return result
 
     def _keep_executed_code(self, event: str, args: tuple) -> None:
