@@ -124,6 +124,26 @@ def test_ranks_left_waiting_at_different_collectives_are_a_desynchronised_job():
     assert not across([rows[0], {**rows[1], "waiting": waiting}])["desynchronised"]
 
 
+def test_a_rank_that_skipped_a_collective_desynchronises_the_job_though_it_finished():
+    """An OOM caught and skipped on rank 1: it makes one all_reduce fewer, ends first, and rank 0's last one fails."""
+    rows = [
+        row(0, "error", where="train.py:30", ended_s=9.5, message="Connection closed by peer", collectives={"all_reduce": 10}),
+        row(1, ended_s=9.4, collectives={"all_reduce": 9, "barrier": 1}),
+    ]
+    result = across(rows)
+    assert result["desynchronised"]
+    assert result["collective_mismatch"]["by_name"] == {"all_reduce": {0: 10, 1: 9}, "barrier": {0: 0, 1: 1}}
+    assert (
+        "the ranks made different collective calls (all_reduce: rank 0 10, rank 1 9; barrier: rank 0 0, rank 1 1)"
+        in result["headline"]
+    )
+    rows[1]["collectives"] = {"all_reduce": 10}
+    rows[0]["collectives"] = {"all_reduce": 10}
+    assert not across(rows)["desynchronised"]
+    rows[1]["collectives"] = None  # a rank that never said: nothing to compare it with
+    assert across(rows)["collective_mismatch"] is None
+
+
 def test_a_figure_differs_only_past_the_floor_and_the_share_of_its_largest_value():
     alike = [row(0, peak_reserved=8 * GIB), row(1, peak_reserved=8 * GIB + SPREAD_FLOOR - 1)]
     result = across(alike)
@@ -247,6 +267,9 @@ def test_every_rank_is_hunted_and_the_rank_that_failed_first_is_named(tmp_path, 
     assert "in a collective" in other["why"] and "its peer was gone" in other["why"]
     assert first["culprit"] == "global 'history'" and first["kind"] == "container-leak"
     assert other["culprit"] != "global 'history'"  # rank 0 kept nothing: the leak is rank 1's alone
+    # Rank 1 failed before its third all_reduce, and rank 0's third is the one that failed.
+    assert (other["collectives"], first["collectives"]) == ({"all_reduce": 3}, {"all_reduce": 2})
+    assert result["desynchronised"]
     assert {p.name for p in out.iterdir()} == {"ranks.json", "rank0", "rank1"}
     assert json.loads((out / "rank1" / "hunt.json").read_text())["culprit"] == "global 'history'"
     assert json.loads((out / "ranks.json").read_text())["headline"] == result["headline"]

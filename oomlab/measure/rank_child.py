@@ -15,12 +15,18 @@ it becomes the measuring child (:func:`oomlab.measure.child.main`) of its rank's
   still reports;
 - makes the rank's GPU the current device when there are at least as many GPUs as ranks
   (``LOCAL_RANK``), so that the budget, and the figures read at the end, are those of the GPU this
-  rank uses. With fewer GPUs every rank shares the first, each under its own budget.
+  rank uses. With fewer GPUs every rank shares the first, each under its own budget;
+- counts the collectives the script calls through ``torch.distributed`` (:data:`COLLECTIVES`),
+  by name, into ``rank<R>/collectives.json`` when the rank ends: ranks that made different calls
+  no longer pair their collectives up, which is how an OOM caught and skipped on one rank hangs
+  or corrupts the others. What torch calls inside (DDP's reducer, FSDP's hooks) is not counted:
+  it is the same on every rank that runs the same steps.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import os
 import signal
@@ -32,6 +38,27 @@ if __name__ == "__main__":  # run as a file: make the oomlab package importable
 from oomlab.measure import child  # noqa: E402 - after the path above
 
 ASK_STACKS = signal.SIGUSR1
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "irecv",
+    "isend",
+    "monitored_barrier",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+)
 
 
 def rank_folder(folder: str) -> str:
@@ -58,6 +85,25 @@ def use_the_ranks_gpu(spec: dict) -> None:
         pass
 
 
+def count_collectives(counts: dict) -> None:
+    """Wrap :data:`COLLECTIVES` in ``torch.distributed`` so that each call adds one to ``counts[name]``, even one that fails."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # no torch: the measuring child says so
+        return
+    for name in COLLECTIVES:
+        call = getattr(dist, name, None)
+        if call is None:
+            continue
+
+        @functools.wraps(call)
+        def counted(*args, _call=call, _name=name, **kwargs):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _call(*args, **kwargs)
+
+        setattr(dist, name, counted)
+
+
 def main(folder: str) -> int:
     mine = rank_folder(folder)
     spec_path = os.path.join(mine, "spec.json")
@@ -67,9 +113,15 @@ def main(folder: str) -> int:
     stacks = open(os.path.join(mine, "stacks.txt"), "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process
     faulthandler.register(ASK_STACKS, file=stacks, all_threads=True)
     use_the_ranks_gpu(spec)
+    counts: dict[str, int] = {}
+    count_collectives(counts)
     with open(os.path.join(mine, "pid"), "w", encoding="utf-8") as f:
         f.write(str(os.getpid()))  # last: the watcher signals a rank only once it can answer
-    return child.main(spec_path)
+    try:
+        return child.main(spec_path)
+    finally:
+        with open(os.path.join(mine, "collectives.json"), "w", encoding="utf-8") as f:
+            json.dump(counts, f)
 
 
 if __name__ == "__main__":

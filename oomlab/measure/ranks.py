@@ -59,6 +59,7 @@ class RankRun:
     # the time limit): asked for its threads' stacks and interrupted
     stacks: str = ""  # its threads' stacks, as faulthandler wrote them when it was asked
     driver_peak_bytes: int | None = None  # the most the driver counted for its process, on every GPU
+    collectives: dict | None = None  # the script's torch.distributed calls by name; None if the rank never said
 
 
 def launch(
@@ -236,4 +237,13 @@ class Watch:
             stopped_s=self.stopped.get(rank),
             stacks=_tail(folder / "stacks.txt", 200),
             driver_peak_bytes=self.peak.get(rank),
+            collectives=_counts(folder / "collectives.json"),
         )
+
+
+def _counts(path: Path) -> dict | None:
+    try:
+        counts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return counts if isinstance(counts, dict) else None

@@ -38,6 +38,7 @@ def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
         "wall_s": m.wall_s,
         **{key: stats.get(key) for key, _ in COLUMNS if key in stats},
         "driver_peak": run.driver_peak_bytes,
+        "collectives": run.collectives,
         "stdout": m.stdout,
         "stderr": m.stderr,
     }

@@ -9,8 +9,9 @@ module sets them side by side, from plain data, so the tests drive it with no GP
   **which rank failed first** (the first to end with an error, by the moment its result came);
   **why each other rank stopped**: it finished, it failed after the first in a collective (the
   consequence: its peer was gone), it failed on its own, or it was still waiting when
-  :mod:`oomlab.measure.ranks` stopped it, and where; **whether the ranks waited in different
-  collectives**, which is how a desynchronised job hangs; and **what differs**: each figure whose
+  :mod:`oomlab.measure.ranks` stopped it, and where; **whether the job is desynchronised**: its
+  ranks made different numbers of collective calls, or were left waiting at different ones (an
+  OOM caught and skipped on one rank does both); and **what differs**: each figure whose
   spread across ranks is at least :data:`SPREAD_FLOOR` and :data:`SPREAD_SHARE` of its largest
   value, and a finding that only some ranks have.
 
@@ -24,7 +25,7 @@ import re
 from oomlab.frames import is_learner
 from oomlab.units import MIB, format_bytes
 
-__all__ = ["COLUMNS", "SPREAD_FLOOR", "SPREAD_SHARE", "across", "is_collective_error", "where_waiting"]
+__all__ = ["COLUMNS", "SPREAD_FLOOR", "SPREAD_SHARE", "across", "collective_mismatch", "is_collective_error", "where_waiting"]
 
 TOOL = "ranks"
 
@@ -182,6 +183,26 @@ def _differences(rows: list[dict], tool: str) -> list[dict]:
     return found
 
 
+def collective_mismatch(rows: list[dict]) -> dict | None:
+    """The collectives that the ranks called a different number of times: ``{name: {rank: calls}}`` and a sentence.
+
+    Only ranks that said what they called count; None when they all called the same.
+    """
+    counted = [r for r in rows if isinstance(r.get("collectives"), dict)]
+    if len(counted) < 2:
+        return None
+    names = sorted(set().union(*(r["collectives"] for r in counted)))
+    differ = {}
+    for name in names:
+        calls = {r["rank"]: int(r["collectives"].get(name, 0)) for r in counted}
+        if len(set(calls.values())) > 1:
+            differ[name] = calls
+    if not differ:
+        return None
+    said = "; ".join(f"{name}: " + ", ".join(f"rank {rank} {n}" for rank, n in calls.items()) for name, calls in differ.items())
+    return {"by_name": differ, "text": said}
+
+
 def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
 
@@ -191,10 +212,11 @@ def across(rows: list[dict], tool: str = "") -> dict:
 
     A row: ``rank``, ``status``, ``where``, ``message``, ``error_type``, ``ended_s`` (from the job's
     start; None if it never ended on its own), ``stopped`` and ``stopped_s``, ``waiting``
-    (:func:`where_waiting`), the figures of :data:`COLUMNS`, and the rank's finding (``kind``,
-    ``headline``, ``culprit``, ``culprit_bytes``). Returns the rows, ``first_failure``, each other
-    rank's ``why``, ``desynchronised`` (the ranks left waiting wait at different calls or lines),
-    ``differences``, and a ``headline``.
+    (:func:`where_waiting`), ``collectives`` (calls by name), the figures of :data:`COLUMNS`, and
+    the rank's finding (``kind``, ``headline``, ``culprit``, ``culprit_bytes``). Returns the rows,
+    ``first_failure``, each other rank's ``why``, ``desynchronised`` (the ranks made different
+    collective calls, :func:`collective_mismatch`, or were left waiting at different calls or
+    lines), ``differences``, and a ``headline``.
     """
     rows = sorted(rows, key=lambda r: r["rank"])
     first = _first_failure(rows)
@@ -202,7 +224,8 @@ def across(rows: list[dict], tool: str = "") -> dict:
         row["ending"] = _ending(row)
         row["why"] = "failed first" if row is first else _why_stopped(row, first)
     waits = {(r["waiting"]["call"], r["waiting"]["at"]) for r in rows if r.get("stopped") and r.get("waiting")}
-    desynchronised = len(waits) > 1
+    mismatch = collective_mismatch(rows)
+    desynchronised = len(waits) > 1 or mismatch is not None
     differences = _differences(rows, tool)
     parts = []
     if first is not None:
@@ -214,7 +237,9 @@ def across(rows: list[dict], tool: str = "") -> dict:
         parts.append(f"all {len(rows)} ranks finished")
     else:
         parts += [f"rank {r['rank']} {r['ending']}" for r in rows if r["status"] != "ok"]
-    if desynchronised:
+    if mismatch:
+        parts.append(f"the ranks made different collective calls ({mismatch['text']}): their collectives no longer pair up")
+    elif desynchronised:
         parts.append("the ranks wait at different calls: they no longer run the same collectives in the same order")
     if differences:
         parts.append("they differ in " + ", ".join(dict.fromkeys(d["label"] for d in differences)))
@@ -228,6 +253,7 @@ def across(rows: list[dict], tool: str = "") -> dict:
         "headline": "; ".join(parts) + ".",
         "first_failure": first["rank"] if first else None,
         "desynchronised": desynchronised,
+        "collective_mismatch": mismatch,
         "differences": differences,
         "ranks": rows,
     }
