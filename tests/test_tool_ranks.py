@@ -144,6 +144,24 @@ def test_a_rank_that_skipped_a_collective_desynchronises_the_job_though_it_finis
     assert across(rows)["collective_mismatch"] is None
 
 
+def test_the_ranks_still_running_are_stopped_a_short_grace_after_a_failure_and_a_long_one_after_a_rank_finished():
+    from oomlab.measure.ranks import stop_at
+
+    assert stop_at({}, grace_s=10, ended_grace_s=60) is None
+    assert stop_at({1: (3.0, "oom")}, grace_s=10, ended_grace_s=60) == 13.0
+    assert stop_at({1: (3.0, "ok")}, grace_s=10, ended_grace_s=60) == 63.0  # a rank may have more to do alone
+    assert stop_at({0: (3.0, "ok"), 1: (20.0, "error")}, grace_s=10, ended_grace_s=60) == 30.0
+
+
+def test_a_rank_left_waiting_after_the_other_finished_is_said_to_be_stopped_after_it():
+    waiting = where_waiting(ALL_REDUCE_STACKS, "/work/job/train.py")
+    rows = [row(0, "error", ended_s=None, stopped=True, stopped_s=70.0, waiting=waiting), row(1, ended_s=10.0)]
+    result = across(rows)
+    assert result["kind"] == "hung" and result["first_failure"] is None
+    assert result["ranks"][0]["why"].endswith("called at train.py:31: stopped 60.0 s after rank 1 finished")
+    assert result["headline"].startswith("no rank failed, and the job did not end: rank 0 waiting in all_reduce")
+
+
 def test_a_figure_differs_only_past_the_floor_and_the_share_of_its_largest_value():
     alike = [row(0, peak_reserved=8 * GIB), row(1, peak_reserved=8 * GIB + SPREAD_FLOOR - 1)]
     result = across(alike)

@@ -17,7 +17,10 @@ While the job runs, this process watches it, every :data:`TICK_S`:
   close, or not, if the peer's process lives on. :data:`GRACE_S` after the first failure, every
   rank still running is asked for its threads' stacks (``SIGUSR1``, :mod:`faulthandler`) and
   interrupted (``SIGINT``), which ends a wait Python can interrupt so that its probe still reports;
-  :data:`STOP_S` later, whatever is left of the job is killed.
+  :data:`STOP_S` later, whatever is left of the job is killed. A rank still running
+  :data:`ENDED_GRACE_S` after another *finished* is stopped the same way: ranks that skipped
+  different collectives end at different times, and the one left waits for a peer that is gone,
+  while a rank with more to do alone (saving a checkpoint) has a minute for it.
 
 This is for the workflow's tools, on the learner's own scripts: it trusts what each rank says
 of itself, as ``python train.py`` would. Grading does not use it.
@@ -39,11 +42,12 @@ from pathlib import Path
 from oomlab.measure.harness import Measurement, child_env, collect
 from oomlab.measure.witness import Driver
 
-__all__ = ["GRACE_S", "RankRun", "launch"]
+__all__ = ["ENDED_GRACE_S", "GRACE_S", "RankRun", "launch", "stop_at"]
 
 RANK_CHILD = Path(__file__).with_name("rank_child.py")
 TICK_S = 0.1
 GRACE_S = 10.0  # how long the others may go on after a rank failed, before they are asked where they wait
+ENDED_GRACE_S = 60.0  # how long the others may go on after a rank finished
 STOP_S = 5.0  # how long an interrupted rank has to write its result, before the job is killed
 
 
@@ -55,8 +59,8 @@ class RankRun:
     measurement: Measurement
     pid: int | None = None
     ended_s: float | None = None  # seconds from the job's start to this rank's result; None if it never wrote one
-    stopped_s: float | None = None  # when it was stopped (still running GRACE_S after another rank failed, or at
-    # the time limit): asked for its threads' stacks and interrupted
+    stopped_s: float | None = None  # when it was stopped (still running GRACE_S after another rank failed,
+    # ENDED_GRACE_S after one finished, or at the time limit): asked for its threads' stacks and interrupted
     stacks: str = ""  # its threads' stacks, as faulthandler wrote them when it was asked
     driver_peak_bytes: int | None = None  # the most the driver counted for its process, on every GPU
     collectives: dict | None = None  # the script's torch.distributed calls by name; None if the rank never said
@@ -146,6 +150,19 @@ def _tail(path: Path, lines: int) -> str:
         return ""
 
 
+def stop_at(ended: dict[int, tuple[float, str]], grace_s: float, ended_grace_s: float = ENDED_GRACE_S) -> float | None:
+    """When the ranks still running are stopped, in seconds from the job's start; None while no rank has ended.
+
+    ``ended`` is ``{rank: (seconds when it ended, status)}``: ``grace_s`` after the first
+    failure, or ``ended_grace_s`` after the first rank that finished, whichever comes first.
+    """
+    failed = [t for t, status in ended.values() if status != "ok"]
+    finished = [t for t, status in ended.values() if status == "ok"]
+    due = [min(failed) + grace_s] if failed else []
+    due += [min(finished) + ended_grace_s] if finished else []
+    return min(due) if due else None
+
+
 class Watch:
     """The job seen from outside: each rank's pid, end and driver peak; the ranks left waiting are stopped."""
 
@@ -170,9 +187,9 @@ class Watch:
                     self._sample()
                 if proc.poll() is not None:
                     break
-                failed = [s for s, status in self.ended.values() if status != "ok"]
                 running = [r for r in self.pids if r not in self.ended]
-                if interrupted_at is None and failed and running and now - min(failed) >= self.grace_s:
+                due = stop_at(self.ended, self.grace_s)
+                if interrupted_at is None and running and due is not None and now >= due:
                     self._stop(running, now)
                     interrupted_at = now
                 if interrupted_at is not None and now - interrupted_at >= STOP_S:

@@ -130,10 +130,19 @@ def _first_failure(rows: list[dict]) -> dict | None:
     return min(failed, key=lambda r: (r["ended_s"], r["rank"])) if failed else None
 
 
-def _why_stopped(row: dict, first: dict | None) -> str:
+def _first_finished(rows: list[dict]) -> dict | None:
+    done = [r for r in rows if r["status"] == "ok" and not r.get("stopped") and r.get("ended_s") is not None]
+    return min(done, key=lambda r: (r["ended_s"], r["rank"])) if done else None
+
+
+def _why_stopped(row: dict, first: dict | None, finished: dict | None) -> str:
     """Why a rank other than the first to fail ended as it did."""
     if row.get("stopped"):
-        after = f" {row['stopped_s'] - first['ended_s']:.1f} s after rank {first['rank']} failed" if first else ""
+        after = ""
+        if first is not None:
+            after = f" {row['stopped_s'] - first['ended_s']:.1f} s after rank {first['rank']} failed"
+        elif finished is not None:
+            after = f" {row['stopped_s'] - finished['ended_s']:.1f} s after rank {finished['rank']} finished"
         return f"{_waiting(row)}: stopped{after}"
     if row["status"] == "ok":
         return "finished"
@@ -219,10 +228,10 @@ def across(rows: list[dict], tool: str = "") -> dict:
     lines), ``differences``, and a ``headline``.
     """
     rows = sorted(rows, key=lambda r: r["rank"])
-    first = _first_failure(rows)
+    first, finished = _first_failure(rows), _first_finished(rows)
     for row in rows:
         row["ending"] = _ending(row)
-        row["why"] = "failed first" if row is first else _why_stopped(row, first)
+        row["why"] = "failed first" if row is first else _why_stopped(row, first, finished)
     waits = {(r["waiting"]["call"], r["waiting"]["at"]) for r in rows if r.get("stopped") and r.get("waiting")}
     mismatch = collective_mismatch(rows)
     desynchronised = len(waits) > 1 or mismatch is not None
@@ -232,7 +241,7 @@ def across(rows: list[dict], tool: str = "") -> dict:
         parts.append(f"rank {first['rank']} {_ending(first)} first, after {first['ended_s']:.1f} s")
         parts += [f"rank {r['rank']} {r['why']}" for r in rows if r is not first and r["why"] != "finished"]
     elif any(r.get("stopped") for r in rows):
-        parts.append("no rank failed, and the job did not end: " + "; ".join(f"rank {r['rank']} {_waiting(r)}" for r in rows))
+        parts.append("no rank failed, and the job did not end: " + "; ".join(f"rank {r['rank']} {r['why']}" for r in rows))
     elif all(r["status"] == "ok" for r in rows):
         parts.append(f"all {len(rows)} ranks finished")
     else:
