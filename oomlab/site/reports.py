@@ -155,7 +155,7 @@ def load_verify(docs_dir: Path) -> tuple[dict | None, str]:
 
 def derived_facts(exercises: list[Exercise], report: dict | None) -> dict:
     """Figures that follow from the manifests and facts.json (``course.*`` in a fact marker), and the tools' settings (``tools.*``)."""
-    from oomlab.measure.ranks import GRACE_S
+    from oomlab.measure.ranks import ENDED_GRACE_S, GRACE_S
     from oomlab.tools.ranks.analysis import SPREAD_FLOOR, SPREAD_SHARE
 
     largest = max((ex.budget_bytes for ex in exercises), default=0)
@@ -170,6 +170,7 @@ def derived_facts(exercises: list[Exercise], report: dict | None) -> dict:
         },
         "tools": {
             "ranks_grace_s": GRACE_S,
+            "ranks_ended_grace_s": ENDED_GRACE_S,
             "ranks_spread_floor_bytes": SPREAD_FLOOR,
             "ranks_spread_share_fraction": SPREAD_SHARE,
         },
