@@ -177,6 +177,36 @@ def test_a_figure_differs_only_past_the_floor_and_the_share_of_its_largest_value
     assert len(across(small)["differences"]) == 1
 
 
+def test_a_holder_that_only_one_rank_fills_differs_and_a_missing_gpu_is_said_as_the_machines():
+    rows = [
+        row(0, holders={"global 'cache'": 900 * MIB, "global 'model'": 500 * MIB}),
+        row(1, "error", message="CUDA error: invalid device ordinal", holders={"global 'model'": 500 * MIB}),
+    ]
+    result = across(rows, "hunt")
+    assert [d["text"] for d in result["differences"]] == ["global 'cache': rank 0 900.0 MiB, rank 1 0 B"]
+    assert result["hints"] == [
+        "rank 1 asked for a GPU this machine does not have: with NCCL every rank needs a GPU of its own; "
+        "with gloo, ranks can share one (keep every rank on cuda:0)"
+    ]
+
+
+def test_a_script_that_wants_torchrun_run_as_one_process_is_told_how_to_run_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from oomlab.cli import console
+    from oomlab.cli import tools as cli_tools
+    from oomlab.tools.run import resolve
+
+    said = "Error initializing torch.distributed using env:// rendezvous: environment variable RANK expected, but not set"
+    m = SimpleNamespace(oom=False, status="error")
+    result = {"run": {"status": "error", "where": "train.py:4", "message": said, "wall_s": 1.0}, "out_dir": str(tmp_path)}
+    monkeypatch.setattr(cli_tools, "show", lambda *args, **kwargs: None)
+    (tmp_path / "train.py").write_text("pass\n")
+    with console.capture() as shown:
+        cli_tools.run_and_show("hunt", resolve([str(tmp_path / "train.py")]), None, (m, result))
+    assert "run it as a torchrun job, oomlab hunt torchrun --nproc-per-node 2 train.py" in " ".join(shown.get().split())
+
+
 @pytest.mark.parametrize(
     ("words", "ranks", "rest"),
     [

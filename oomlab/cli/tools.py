@@ -25,6 +25,7 @@ from oomlab.errors import OomLabError
 from oomlab.steps import STEPS, fix_first, step
 from oomlab.tools import analysis, presenter
 from oomlab.tools.compare import DEFAULT_TOP
+from oomlab.tools.ranks.analysis import needs_launcher
 from oomlab.tools.run import (
     Target,
     budget_option,
@@ -73,6 +74,14 @@ def run_and_show(name: str, target: Target, out: Path | None, measured: tuple | 
     ended = f"OOM at {run['where']}" if m.oom else ("finished" if m.status == "ok" else f"{m.status} {run['where']}")
     console.rule(f"{name} · {target.label} · {ended} · {run['wall_s'] or 0:.1f} s")
     show(name, result, Path(result["out_dir"]))
+    if needs_launcher(run.get("message") or ""):
+        console.print(
+            Text(
+                f"{target.script.name} starts torch.distributed, which needs the environment its launcher sets: "
+                f"run it as a torchrun job, oomlab {name} torchrun --nproc-per-node 2 {target.script.name}",
+                style="yellow",
+            )
+        )
     return result
 
 

@@ -17,7 +17,9 @@ from oomlab.oom import first_line
 from oomlab.tools.base import run_summary
 from oomlab.tools.ranks.analysis import COLUMNS, across, where_waiting
 
-__all__ = ["rank_row", "run_ranks"]
+__all__ = ["HOLDERS_COMPARED", "rank_row", "run_ranks"]
+
+HOLDERS_COMPARED = 10  # each rank's largest holders set side by side
 
 
 def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
@@ -44,6 +46,9 @@ def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
     }
     if finding:
         row.update({k: finding.get(k) for k in ("kind", "headline", "culprit", "culprit_bytes", "error")})
+        if isinstance(finding.get("holders"), list):  # the hunt's: the largest holders, to compare across ranks
+            largest = sorted(finding["holders"], key=lambda h: -int(h.get("bytes") or 0))[:HOLDERS_COMPARED]
+            row["holders"] = {h["name"]: int(h.get("bytes") or 0) for h in largest}
     return row
 
 

@@ -13,7 +13,7 @@ module sets them side by side, from plain data, so the tests drive it with no GP
   ranks made different numbers of collective calls, or were left waiting at different ones (an
   OOM caught and skipped on one rank does both); and **what differs**: each figure whose
   spread across ranks is at least :data:`SPREAD_FLOOR` and :data:`SPREAD_SHARE` of its largest
-  value, and a finding that only some ranks have.
+  value, a holder whose bytes differ as much, and a finding that only some ranks have.
 
 Standard library only.
 """
@@ -25,7 +25,16 @@ import re
 from oomlab.frames import is_learner
 from oomlab.units import MIB, format_bytes
 
-__all__ = ["COLUMNS", "SPREAD_FLOOR", "SPREAD_SHARE", "across", "collective_mismatch", "is_collective_error", "where_waiting"]
+__all__ = [
+    "COLUMNS",
+    "SPREAD_FLOOR",
+    "SPREAD_SHARE",
+    "across",
+    "collective_mismatch",
+    "is_collective_error",
+    "needs_launcher",
+    "where_waiting",
+]
 
 TOOL = "ranks"
 
@@ -53,6 +62,11 @@ _COLLECTIVE = re.compile(
 )
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.I)
 _FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (\S+)')
+
+
+def needs_launcher(message: str) -> bool:
+    """The run failed because the script starts torch.distributed from the environment a launcher sets (RANK, ...)."""
+    return "env:// rendezvous" in (message or "")
 
 
 def is_collective_error(row: dict) -> bool:
@@ -173,6 +187,25 @@ def _differences(rows: list[dict], tool: str) -> list[dict]:
                     f"(+{format_bytes(most - least)})",
                 }
             )
+    culprits = {r.get("culprit") for r in rows}
+    holders = sorted({name for r in rows for name in (r.get("holders") or {})} - culprits)
+    for name in holders:
+        held = {r["rank"]: int((r.get("holders") or {}).get(name, 0)) for r in rows if r.get("holders") is not None}
+        if len(held) < 2:
+            continue
+        most, least = max(held.values()), min(held.values())
+        if most - least >= SPREAD_FLOOR and most - least >= SPREAD_SHARE * most:
+            high = max(held, key=lambda rank: (held[rank], -rank))
+            low = min(held, key=lambda rank: (held[rank], rank))
+            found.append(
+                {
+                    "figure": "holder",
+                    "label": "what holds memory",
+                    "by_rank": held,
+                    "spread_bytes": most - least,
+                    "text": f"{name}: rank {high} {format_bytes(most)}, rank {low} {format_bytes(least)}",
+                }
+            )
     findings: dict[str, list[int]] = {}
     for r in rows:
         if r.get("culprit"):
@@ -221,11 +254,12 @@ def across(rows: list[dict], tool: str = "") -> dict:
 
     A row: ``rank``, ``status``, ``where``, ``message``, ``error_type``, ``ended_s`` (from the job's
     start; None if it never ended on its own), ``stopped`` and ``stopped_s``, ``waiting``
-    (:func:`where_waiting`), ``collectives`` (calls by name), the figures of :data:`COLUMNS`, and
-    the rank's finding (``kind``, ``headline``, ``culprit``, ``culprit_bytes``). Returns the rows,
+    (:func:`where_waiting`), ``collectives`` (calls by name), the figures of :data:`COLUMNS`,
+    ``holders`` (``{name: bytes}``, from the hunt), and the rank's finding (``kind``,
+    ``headline``, ``culprit``, ``culprit_bytes``). Returns the rows,
     ``first_failure``, each other rank's ``why``, ``desynchronised`` (the ranks made different
     collective calls, :func:`collective_mismatch`, or were left waiting at different calls or
-    lines), ``differences``, and a ``headline``.
+    lines), ``differences``, ``hints`` for what the machine, not the script, refused, and a ``headline``.
     """
     rows = sorted(rows, key=lambda r: r["rank"])
     first, finished = _first_failure(rows), _first_finished(rows)
@@ -254,9 +288,16 @@ def across(rows: list[dict], tool: str = "") -> dict:
         parts.append("they differ in " + ", ".join(dict.fromkeys(d["label"] for d in differences)))
     elif len(rows) > 1:
         parts.append("their memory is alike")
+    hints = [
+        f"rank {r['rank']} asked for a GPU this machine does not have: with NCCL every rank needs a GPU of its own; "
+        "with gloo, ranks can share one (keep every rank on cuda:0)"
+        for r in rows
+        if "invalid device ordinal" in str(r.get("message", "")).lower()
+    ]
     return {
         "tool": TOOL,
         "of": tool,
+        "hints": hints,
         "world_size": len(rows),
         "kind": "failed" if first else ("hung" if any(r.get("stopped") for r in rows) else "finished"),
         "headline": "; ".join(parts) + ".",

@@ -51,6 +51,8 @@ def render(result: dict) -> list:
     out: list = [table, Text(result["headline"], style="bold")]
     for difference in result["differences"]:
         out.append(Text(f"  differs: {difference['text']}"))
+    for hint in result.get("hints") or []:
+        out.append(Text(hint, style="yellow"))
     return out
 
 
