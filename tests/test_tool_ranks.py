@@ -183,7 +183,7 @@ def test_a_holder_that_only_one_rank_fills_differs_and_a_missing_gpu_is_said_as_
         row(1, "error", message="CUDA error: invalid device ordinal", holders={"global 'model'": 500 * MIB}),
     ]
     result = across(rows, "hunt")
-    assert [d["text"] for d in result["differences"]] == ["global 'cache': rank 0 900.0 MiB, rank 1 0 B"]
+    assert [d["text"] for d in result["differences"]] == ["global 'cache': rank 0 900.0 MiB, rank 1 0 B (+900.0 MiB)"]
     assert result["hints"] == [
         "rank 1 asked for a GPU this machine does not have: with NCCL every rank needs a GPU of its own; "
         "with gloo, ranks can share one (keep every rank on cuda:0)"

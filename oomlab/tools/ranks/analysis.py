@@ -167,45 +167,34 @@ def _why_stopped(row: dict, first: dict | None, finished: dict | None) -> str:
     return _ending(row)
 
 
+def _spread(figure: str, label: str, by_rank: dict[int, int], name: str) -> dict | None:
+    """A difference when the values' spread is past :data:`SPREAD_FLOOR` and :data:`SPREAD_SHARE`; else None."""
+    if len(by_rank) < 2:
+        return None
+    most, least = max(by_rank.values()), min(by_rank.values())
+    if most - least < SPREAD_FLOOR or most - least < SPREAD_SHARE * most:
+        return None
+    high = max(by_rank, key=lambda rank: (by_rank[rank], -rank))
+    low = min(by_rank, key=lambda rank: (by_rank[rank], rank))
+    return {
+        "figure": figure,
+        "label": label,
+        "by_rank": by_rank,
+        "spread_bytes": most - least,
+        "text": f"{name}: rank {high} {format_bytes(most)}, rank {low} {format_bytes(least)} (+{format_bytes(most - least)})",
+    }
+
+
 def _differences(rows: list[dict], tool: str) -> list[dict]:
     found = []
     for key, label in COLUMNS:
-        values = {r["rank"]: r[key] for r in rows if isinstance(r.get(key), int)}
-        if len(values) < 2:
-            continue
-        most, least = max(values.values()), min(values.values())
-        if most - least >= SPREAD_FLOOR and most - least >= SPREAD_SHARE * most:
-            high = max(values, key=lambda rank: (values[rank], -rank))
-            low = min(values, key=lambda rank: (values[rank], rank))
-            found.append(
-                {
-                    "figure": key,
-                    "label": label,
-                    "by_rank": values,
-                    "spread_bytes": most - least,
-                    "text": f"{label}: rank {high} {format_bytes(most)}, rank {low} {format_bytes(least)} "
-                    f"(+{format_bytes(most - least)})",
-                }
-            )
+        found.append(_spread(key, label, {r["rank"]: r[key] for r in rows if isinstance(r.get(key), int)}, label))
     culprits = {r.get("culprit") for r in rows}
-    holders = sorted({name for r in rows for name in (r.get("holders") or {})} - culprits)
-    for name in holders:
-        held = {r["rank"]: int((r.get("holders") or {}).get(name, 0)) for r in rows if r.get("holders") is not None}
-        if len(held) < 2:
-            continue
-        most, least = max(held.values()), min(held.values())
-        if most - least >= SPREAD_FLOOR and most - least >= SPREAD_SHARE * most:
-            high = max(held, key=lambda rank: (held[rank], -rank))
-            low = min(held, key=lambda rank: (held[rank], rank))
-            found.append(
-                {
-                    "figure": "holder",
-                    "label": "what holds memory",
-                    "by_rank": held,
-                    "spread_bytes": most - least,
-                    "text": f"{name}: rank {high} {format_bytes(most)}, rank {low} {format_bytes(least)}",
-                }
-            )
+    compared = [r for r in rows if r.get("holders") is not None]
+    for name in sorted({name for r in compared for name in r["holders"]} - culprits):
+        held = {r["rank"]: int(r["holders"].get(name, 0)) for r in compared}
+        found.append(_spread("holder", "what holds memory", held, name))
+    found = [d for d in found if d is not None]
     findings: dict[str, list[int]] = {}
     for r in rows:
         if r.get("culprit"):
