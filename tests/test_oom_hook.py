@@ -188,6 +188,46 @@ def test_under_a_distributed_launcher_each_ranks_report_is_named_by_its_rank(fak
     assert "rank" not in hook.last_report.name and "rank" not in (hook.last_report / "README.txt").read_text()
 
 
+def test_the_ranks_reports_are_read_side_by_side_the_first_to_fail_first(fake, train_py, tmp_path, monkeypatch):
+    """``oomlab diagnose FOLDER`` on a torchrun job's reports: which rank ran out of memory first, what differs."""
+    from oomlab.cli import console
+    from oomlab.cli.tools import show_oom_reports
+    from oomlab.oom_hook.reports import find_reports, load_report, rank_rows
+
+    base = tmp_path / "reports"
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    for rank, reserved in (("3", 6 << 30), ("0", 1 << 30)):  # rank 3 fails first, with six times rank 0's memory
+        fake(fragmented(train_py), {0: used(reserved, ooms=1)})
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py):
+            raise oom()
+    finding = json.loads((find_reports(base)[0] / "finding.json").read_text())
+    assert finding["world_size"] == 4 and finding["rank"] in (0, 3) and finding["time"] > 0
+
+    rows, notes = rank_rows([load_report(p) for p in find_reports(base)])
+    assert [(r["rank"], r["status"]) for r in rows] == [(0, "oom"), (1, "unreported"), (2, "unreported"), (3, "oom")]
+    assert rows[3]["ended_s"] == 0.0 and rows[0]["ended_s"] >= 0 and notes == []
+    assert (rows[3]["peak_reserved"], rows[0]["peak_reserved"]) == (6 << 30, 1 << 30)
+
+    with console.capture() as shown:
+        assert show_oom_reports(base)
+    said = " ".join(shown.get().split())
+    assert "rank 3 ran out of memory" in said and "first; rank 0 ran out of memory" in said and " s after rank 3" in said
+    assert "ranks 1, 2 wrote no OOM report" in said and "differs: peak reserved: rank 3 6,144.0 MiB, rank 0 1,024.0 MiB" in said
+    assert f"Read rank 3 first: {base}" in said
+    assert not show_oom_reports(tmp_path / "elsewhere")  # no report there: diagnose goes on to run a target
+
+    monkeypatch.delenv("RANK")  # a single process's report: its finding, and beside the ranks' it is left out
+    with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py) as hook:
+        raise oom()
+    assert rank_rows([load_report(p) for p in find_reports(base)])[1] == [
+        "1 report(s) were not written under a launcher (no rank): left out"
+    ]
+    with console.capture() as shown:
+        assert show_oom_reports(hook.last_report)
+    assert (hook.last_report / "finding.txt").read_text().splitlines()[0] in shown.get()
+
+
 def test_an_oom_inside_writes_every_file_then_propagates_unchanged(fake, train_py, tmp_path):
     snapshot = fragmented(train_py)
     cuda = fake(snapshot)

@@ -105,7 +105,7 @@ def test_an_error_of_its_own_after_the_first_failure_is_not_called_a_consequence
         row(0, "oom", where="train.py:9", ended_s=1.0),
         row(1, "error", where="train.py:12", error_type="KeyError", ended_s=2.0),
     ]
-    assert across(rows)["ranks"][1]["why"] == "failed (KeyError) at train.py:12"
+    assert across(rows)["ranks"][1]["why"] == "failed (KeyError) at train.py:12, 1.0 s after rank 0"
 
 
 def test_ranks_left_waiting_at_different_collectives_are_a_desynchronised_job():

@@ -215,7 +215,13 @@ def diagnose(
     time_limit: Optional[float] = TIME_LIMIT,
     all_steps: bool = ALL_STEPS,
 ) -> None:
-    """Every step's tool, then one summary: what to fix first."""
+    """Every step's tool, then one summary: what to fix first.
+
+    A folder of OOM reports (``oomlab.oom_hook``'s) is read instead: one report's finding, or
+    every rank's report of a torchrun job side by side.
+    """
+    if len(target) == 1 and path_kind(Path(target[0])) == "folder" and show_oom_reports(Path(target[0])):
+        return
     resolved = resolve(target, budget, time_limit)
     if resolved.ranks:
         diagnose_ranks(resolved, out, all_steps)
@@ -242,6 +248,44 @@ def diagnose(
     body.append(f"{verdict['advice']}\n\n")
     body.append(verdict["then"], style="dim")
     console.print(Panel(body, title=f"diagnose · {resolved.label}", title_align="left", border_style="cyan"))
+
+
+def show_oom_reports(folder: Path) -> bool:
+    """What the OOM hook wrote into ``folder``, in the terminal; False when there is no report in it.
+
+    Reports written under torchrun are set side by side, rank by rank (each rank's newest); a
+    report of a single process is shown as its finding.
+    """
+    from oomlab.oom_hook.reports import find_reports, load_report, rank_rows
+    from oomlab.tools.ranks import present as ranks_present
+    from oomlab.tools.ranks.analysis import across
+
+    reports = [r for r in (load_report(p) for p in find_reports(folder)) if r is not None]
+    if not reports:
+        return False
+    rows, notes = rank_rows(reports)
+    if not any(row["status"] != "unreported" for row in rows):  # no rank named: the newest report's finding
+        newest = max(reports, key=lambda r: r["finding"].get("time") or 0)
+        console.rule(f"OOM report · {newest['folder'].name}")
+        try:
+            text = (newest["folder"] / "finding.txt").read_text(encoding="utf-8")
+            console.print(text, markup=False, highlight=False, soft_wrap=True)  # laid out already, at its own width
+        except OSError:
+            console.print(Text(newest["finding"].get("headline", ""), style="bold"))
+        if len(reports) > 1:
+            console.print(Text(f"{len(reports) - 1} older report(s) in {folder}", style="dim"), soft_wrap=True)
+        return True
+    result = {**across(rows, "OOM hook", from_start=False), "out_dir": str(folder)}
+    console.rule(f"OOM reports · {folder} · {result['world_size']} ranks")
+    for part in ranks_present.render(result):
+        console.print(part)
+    for note in notes:
+        console.print(Text(note, style="dim"))
+    rank = ranks_present.focus(result)
+    shown = next((row.get("report") for row in rows if row["rank"] == rank), None)
+    if shown:
+        console.print(Text(f"Read rank {rank} first: {folder / shown}", style="dim"), soft_wrap=True)
+    return True
 
 
 def diagnose_ranks(target: Target, out: Path | None, all_steps: bool) -> None:

@@ -65,7 +65,8 @@ not yet. A bad option is one :class:`oomlab.errors.OomLabError` when the hook is
 made or entered, never at the OOM. The reported exception gets one attribute,
 ``oomlab_report``: the report's folder. In a process with several GPUs each
 device gets its own folder; with one process per GPU (torchrun) each process
-writes its own report.
+writes its own report, and ``oomlab diagnose FOLDER`` (:mod:`oomlab.oom_hook.reports`)
+sets every rank's report side by side.
 """
 
 from oomlab.oom_hook.hook import DEFAULT_FOLDER, DEFAULT_MAX_ENTRIES, OomReport, install, oom_report, uninstall

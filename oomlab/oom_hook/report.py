@@ -5,7 +5,8 @@
     DIR/20260101-120000-pid4242/
       README.txt            what each file is, and how to open the snapshot
       exception.txt         the OOM's type, message and traceback, as Python printed it
-      finding.json, .txt    what to fix first (oomlab.steps.fix_first over everything below)
+      finding.json, .txt    what to fix first (oomlab.steps.fix_first over everything below); when it
+                            failed and, under torchrun, which rank of how many it was
       holders.json, .txt    the objects that keep GPU memory alive (the hunt tool's walk)
       cuda0/
         snapshot.pickle     the allocator's snapshot of this device (protocol 4: PyTorch's viewer reads it)
@@ -247,6 +248,7 @@ def write_report(
         problems: what went wrong before the OOM (starting the history), for ``error.txt``.
     """
     found = Problems(problems)
+    oom_at = time.time()  # when it failed: the ranks' reports side by side say which rank failed first
     try:
         folder = report_folder(Path(base))
     except Exception as err:  # noqa: BLE001 - no folder to put error.txt in: stderr is all there is
@@ -287,8 +289,12 @@ def write_report(
     results["hunt"] = holders
 
     def finding() -> dict:
+        ranked = launcher_rank()
         return {
             **fix_first(results),
+            "time": oom_at,
+            "rank": ranked[0] if ranked else None,
+            "world_size": ranked[1] if ranked else None,
             "exception": {"type": type(exc).__name__, "message": first_line(str(exc), None)},
             "failed_device": failed,
             "failed_at": failed_at(exc, script) if script else {},

@@ -46,6 +46,7 @@ COLUMNS = (
     ("inactive_split_peak", "peak non-releasable"),
     ("allocated_final", "allocated at the end"),
     ("reserved_final", "reserved at the end"),
+    ("inactive_split_final", "non-releasable at the end"),
     ("driver_peak", "driver's peak (context, NCCL)"),
 )
 # A figure differs between ranks when its spread is at least this many bytes and this share of its largest value:
@@ -122,9 +123,14 @@ def where_waiting(stacks: str, script: str) -> dict | None:
     return None
 
 
+UNREPORTED = "unreported"  # a rank of the job that left no report (read from the OOM hook's reports)
+
+
 def _ending(row: dict) -> str:
     if row["status"] == "ok":
         return "finished"
+    if row["status"] == UNREPORTED:
+        return "wrote no OOM report"
     where = f" at {row['where']}" if row.get("where") else ""
     what = "ran out of memory" if row["status"] == "oom" else f"failed ({row.get('error_type') or row['status']})"
     return f"{what}{where}"
@@ -164,6 +170,8 @@ def _why_stopped(row: dict, first: dict | None, finished: dict | None) -> str:
         return f"{_ending(row)} in a collective, {row['ended_s'] - first['ended_s']:.1f} s after rank {first['rank']}: its peer was gone"
     if row["status"] == "timeout":
         return "ran past the time limit"
+    if first is not None and row.get("ended_s") is not None:
+        return f"{_ending(row)}, {row['ended_s'] - first['ended_s']:.1f} s after rank {first['rank']}"
     return _ending(row)
 
 
@@ -238,7 +246,7 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
 
 
-def across(rows: list[dict], tool: str = "") -> dict:
+def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
     """The cross-rank view of one job, from one row per rank; ``ranks.json``.
 
     A row: ``rank``, ``status``, ``where``, ``message``, ``error_type``, ``ended_s`` (from the job's
@@ -249,6 +257,8 @@ def across(rows: list[dict], tool: str = "") -> dict:
     ``first_failure``, each other rank's ``why``, ``desynchronised`` (the ranks made different
     collective calls, :func:`collective_mismatch`, or were left waiting at different calls or
     lines), ``differences``, ``hints`` for what the machine, not the script, refused, and a ``headline``.
+    ``from_start=False`` where ``ended_s`` counts from the first report, not from the job's start
+    (the OOM hook's reports, which know no start).
     """
     rows = sorted(rows, key=lambda r: r["rank"])
     first, finished = _first_failure(rows), _first_finished(rows)
@@ -260,9 +270,17 @@ def across(rows: list[dict], tool: str = "") -> dict:
     desynchronised = len(waits) > 1 or mismatch is not None
     differences = _differences(rows, tool)
     parts = []
+    silent = [r["rank"] for r in rows if r["status"] == UNREPORTED]
     if first is not None:
-        parts.append(f"rank {first['rank']} {_ending(first)} first, after {first['ended_s']:.1f} s")
-        parts += [f"rank {r['rank']} {r['why']}" for r in rows if r is not first and r["why"] != "finished"]
+        after = f", after {first['ended_s']:.1f} s" if from_start else ""  # else the times count from the first report
+        parts.append(f"rank {first['rank']} {_ending(first)} first{after}")
+        parts += [
+            f"rank {r['rank']} {r['why']}"
+            for r in rows
+            if r is not first and r["why"] != "finished" and r["status"] != UNREPORTED
+        ]
+        if silent:
+            parts.append(f"{_ranks(silent)} wrote no OOM report (no OOM, or stopped before writing)")
     elif any(r.get("stopped") for r in rows):
         parts.append("no rank failed, and the job did not end: " + "; ".join(f"rank {r['rank']} {r['why']}" for r in rows))
     elif all(r["status"] == "ok" for r in rows):

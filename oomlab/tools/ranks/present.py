@@ -33,10 +33,11 @@ def render(result: dict) -> list:
     from rich.table import Table
     from rich.text import Text
 
+    shown = [(key, label) for key, label in SHOWN if any(isinstance(r.get(key), int) for r in result["ranks"])]
     table = Table(title=f"{result['world_size']} ranks · {result.get('of') or 'run'}", title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column("ended")
-    for _, label in SHOWN:
+    for _, label in shown:
         table.add_column(label, justify="right")
     table.add_column("finding", overflow="fold")
     for row in result["ranks"]:
@@ -44,7 +45,7 @@ def render(result: dict) -> list:
         table.add_row(
             str(row["rank"]),
             row["why"] if row["why"] != "failed first" else f"{row['ending']} (first)",
-            *(format_bytes(row.get(key)) for key, _ in SHOWN),
+            *(format_bytes(row.get(key)) for key, _ in shown),
             row.get("headline") or row.get("error") or "no report",
             style=style,
         )
