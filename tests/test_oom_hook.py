@@ -169,27 +169,9 @@ def step_hooks() -> int:
 # --------------------------------------------------------------------------- the folder and the re-raise
 
 
-def test_under_a_distributed_launcher_each_ranks_report_is_named_by_its_rank(fake, train_py, tmp_path, monkeypatch):
-    """torchrun's RANK and WORLD_SIZE name the folder, so the ranks' reports in one folder can be told apart."""
-    fake(fragmented(train_py))
-    base = tmp_path / "reports"
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    for rank in ("3", "0"):
-        monkeypatch.setenv("RANK", rank)
-        with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py):
-            raise oom()
-    folders = {re.sub(r"^\d{8}-\d{6}", "", folder.name): folder for folder in base.iterdir()}  # the second may turn
-    assert sorted(folders) == [f"-rank0-pid{os.getpid()}", f"-rank3-pid{os.getpid()}"]
-    readme = (folders[f"-rank3-pid{os.getpid()}"] / "README.txt").read_text()
-    assert "This process was rank 3 of 4" in readme
-    monkeypatch.delenv("RANK")  # outside a launcher: no rank, as before
-    with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py) as hook:
-        raise oom()
-    assert "rank" not in hook.last_report.name and "rank" not in (hook.last_report / "README.txt").read_text()
-
-
 def test_the_ranks_reports_are_read_side_by_side_the_first_to_fail_first(fake, train_py, tmp_path, monkeypatch):
-    """``oomlab diagnose FOLDER`` on a torchrun job's reports: which rank ran out of memory first, what differs."""
+    """Each rank's report is named by its rank (torchrun's RANK and WORLD_SIZE), so a job's reports in one folder can
+    be told apart; ``oomlab diagnose FOLDER`` sets them side by side: which rank ran out of memory first, what differs."""
     from oomlab.cli import console
     from oomlab.cli.tools import show_oom_reports
     from oomlab.oom_hook.reports import find_reports, load_report, rank_rows
@@ -201,8 +183,11 @@ def test_the_ranks_reports_are_read_side_by_side_the_first_to_fail_first(fake, t
         monkeypatch.setenv("RANK", rank)
         with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py):
             raise oom()
-    finding = json.loads((find_reports(base)[0] / "finding.json").read_text())
-    assert finding["world_size"] == 4 and finding["rank"] in (0, 3) and finding["time"] > 0
+    folders = {re.sub(r"^\d{8}-\d{6}", "", folder.name): folder for folder in base.iterdir()}  # the second may turn
+    assert sorted(folders) == [f"-rank0-pid{os.getpid()}", f"-rank3-pid{os.getpid()}"]
+    assert "This process was rank 3 of 4" in (folders[f"-rank3-pid{os.getpid()}"] / "README.txt").read_text()
+    finding = json.loads((folders[f"-rank3-pid{os.getpid()}"] / "finding.json").read_text())
+    assert (finding["rank"], finding["world_size"]) == (3, 4) and finding["time"] > 0
 
     rows, notes = rank_rows([load_report(p) for p in find_reports(base)])
     assert [(r["rank"], r["status"]) for r in rows] == [(0, "oom"), (1, "unreported"), (2, "unreported"), (3, "oom")]
@@ -217,9 +202,10 @@ def test_the_ranks_reports_are_read_side_by_side_the_first_to_fail_first(fake, t
     assert f"Read rank 3 first: {base}" in said
     assert not show_oom_reports(tmp_path / "elsewhere")  # no report there: diagnose goes on to run a target
 
-    monkeypatch.delenv("RANK")  # a single process's report: its finding, and beside the ranks' it is left out
+    monkeypatch.delenv("RANK")  # outside a launcher: no rank; its report shows its finding, and beside the ranks' it is left out
     with pytest.raises(torch.OutOfMemoryError), oom_report(base, script=train_py) as hook:
         raise oom()
+    assert "rank" not in hook.last_report.name and "rank" not in (hook.last_report / "README.txt").read_text()
     assert rank_rows([load_report(p) for p in find_reports(base)])[1] == [
         "1 report(s) were not written under a launcher (no rank): left out"
     ]
