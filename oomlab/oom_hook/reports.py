@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oomlab.tools.ranks import HOLDERS_COMPARED
+from oomlab.tools.ranks import largest_holders
 
 __all__ = ["FINDING", "find_reports", "load_report", "rank_rows"]
 
@@ -70,7 +70,6 @@ def _row(report: dict, first_time: float) -> dict:
     stats = report["device"].get("allocator_stats") or {}
     failed = finding.get("failed_at") or {}
     script = Path(finding.get("script") or "").name
-    listed = sorted(holders.get("holders") or [], key=lambda h: -int(h.get("bytes") or 0))[:HOLDERS_COMPARED]
     return {
         "rank": finding["rank"],
         "status": "oom",
@@ -83,7 +82,7 @@ def _row(report: dict, first_time: float) -> dict:
         "headline": finding.get("headline"),
         "culprit": holders.get("culprit"),
         "culprit_bytes": holders.get("culprit_bytes"),
-        "holders": {h["name"]: int(h.get("bytes") or 0) for h in listed if h.get("name")},
+        "holders": largest_holders(holders.get("holders") or []),
         "report": report["folder"].name,
     }
 

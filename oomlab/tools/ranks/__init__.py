@@ -17,7 +17,7 @@ from oomlab.oom import first_line
 from oomlab.tools.base import run_summary
 from oomlab.tools.ranks.analysis import COLUMNS, across, where_waiting
 
-__all__ = ["HOLDERS_COMPARED", "rank_row", "run_ranks"]
+__all__ = ["HOLDERS_COMPARED", "largest_holders", "rank_row", "run_ranks"]
 
 HOLDERS_COMPARED = 10  # each rank's largest holders set side by side
 
@@ -46,10 +46,15 @@ def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
     }
     if finding:
         row.update({k: finding.get(k) for k in ("kind", "headline", "culprit", "culprit_bytes", "error")})
-        if isinstance(finding.get("holders"), list):  # the hunt's: the largest holders, to compare across ranks
-            largest = sorted(finding["holders"], key=lambda h: -int(h.get("bytes") or 0))[:HOLDERS_COMPARED]
-            row["holders"] = {h["name"]: int(h.get("bytes") or 0) for h in largest}
+        if isinstance(finding.get("holders"), list):  # the hunt's
+            row["holders"] = largest_holders(finding["holders"])
     return row
+
+
+def largest_holders(holders: list[dict]) -> dict[str, int]:
+    """A hunt's :data:`HOLDERS_COMPARED` largest holders as ``{name: bytes}``: what is set side by side across ranks."""
+    largest = sorted(holders, key=lambda h: -int(h.get("bytes") or 0))[:HOLDERS_COMPARED]
+    return {h["name"]: int(h.get("bytes") or 0) for h in largest if h.get("name")}
 
 
 def run_ranks(
