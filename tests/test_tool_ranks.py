@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -355,7 +356,11 @@ def test_a_rank_still_waiting_after_another_failed_is_asked_where_and_stopped(tm
     }
     (tmp_path / "rank0" / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.Popen(
-        [sys.executable, str(ranks.RANK_CHILD), str(tmp_path)], env={**os.environ, "RANK": "0"}, start_new_session=True
+        [sys.executable, str(ranks.RANK_CHILD), str(tmp_path)],
+        env={**os.environ, "RANK": "0"},
+        start_new_session=True,
+        # As from a shell's background (`oomlab hunt torchrun ... &`): SIGINT ignored, which the rank inherits.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     watch = ranks.Watch(tmp_path, 2, time_limit_s=60, grace_s=0.5, driver=False)
     start = time.perf_counter()
@@ -365,7 +370,8 @@ def test_a_rank_still_waiting_after_another_failed_is_asked_where_and_stopped(tm
     assert run.stopped_s is not None and run.stopped_s >= 0.5
     assert where_waiting(run.stacks, str(script))["at"] == "train.py:7"
     # The interrupt ended the wait, so the rank still wrote its result, as a failure where it waited.
-    assert run.measurement.error_type == "KeyboardInterrupt" and run.measurement.where == "train.py:7"
+    said = (run.measurement.status, run.measurement.message, run.measurement.stderr[-800:])
+    assert run.measurement.error_type == "KeyboardInterrupt" and run.measurement.where == "train.py:7", said
 
 
 def test_a_rank_waiting_in_its_own_line_is_said_to_wait_there():

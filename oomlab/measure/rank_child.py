@@ -110,6 +110,9 @@ def main(folder: str) -> int:
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
     redirect_output(mine)
+    # The watcher's interrupt must reach the script: a job started in the background of a shell without job control
+    # (`cmd &` in a script, nohup) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt for it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     stacks = open(os.path.join(mine, "stacks.txt"), "w", encoding="utf-8")  # noqa: SIM115 - open as long as the process
     faulthandler.register(ASK_STACKS, file=stacks, all_threads=True)
     use_the_ranks_gpu(spec)
