@@ -238,6 +238,15 @@ def test_torchrun_options_that_leave_this_machine_are_refused_with_what_to_write
         launcher_ranks(words)
 
 
+def test_a_torchrun_job_runs_a_script_that_exists(tmp_path):
+    from oomlab.tools.run import resolve
+
+    with pytest.raises(OomLabError, match="does not exist"):
+        resolve(["torchrun", "--nproc-per-node", "2", str(tmp_path / "missing.py")])
+    with pytest.raises(OomLabError, match="does not exist"):  # torchrun runs a script: an exercise id is no path
+        resolve(["torchrun", "--nproc-per-node", "2", "eval-graphs"])
+
+
 def test_compare_refuses_a_torchrun_job_and_says_how_to_compare_two_ranks(tmp_path):
     from oomlab.tools.compare import sides
 
