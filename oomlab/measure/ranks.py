@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from oomlab.measure.harness import Measurement, child_env, collect
+from oomlab.measure.harness import Measurement, _tail, child_env, collect
 from oomlab.measure.witness import Driver
 
 __all__ = ["ENDED_GRACE_S", "GRACE_S", "RankRun", "launch", "stop_at"]
@@ -141,13 +141,6 @@ def launch(
         job["launcher"] = _tail(tmp / "launcher.txt", 12)
         runs = [watch.rank_run(rank, script, budget_bytes, job) for rank in range(nproc)]
     return runs, job
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def stop_at(ended: dict[int, tuple[float, str]], grace_s: float, ended_grace_s: float = ENDED_GRACE_S) -> float | None:

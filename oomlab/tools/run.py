@@ -396,7 +396,8 @@ def run_tool_on_ranks(
     for row in result["ranks"]:
         _refuse_a_machine_problem(Measurement(script=str(target.script), status=row["status"], message=row["message"]), target)
     if not result["reports"]:
-        said = first_line(result["job"].get("launcher", "").strip().splitlines()[-1] if result["job"].get("launcher") else "")
+        launcher = result["job"].get("launcher", "").strip().splitlines()
+        said = first_line(launcher[-1]) if launcher else ""
         ended = "; ".join(f"rank {r['rank']}: {r['ending']} {r['message']}".strip() for r in result["ranks"])
         raise OomLabError(
             f"{tool} could not analyze the torchrun job of {target.script.name}: {ended}"

@@ -145,14 +145,15 @@ def _waiting(row: dict) -> str:
     return f"waiting in {waiting['call']} ({waiting['call_at']}), called at {waiting['at']}"
 
 
-def _first_failure(rows: list[dict]) -> dict | None:
-    failed = [r for r in rows if r["status"] != "ok" and not r.get("stopped") and r.get("ended_s") is not None]
-    return min(failed, key=lambda r: (r["ended_s"], r["rank"])) if failed else None
+def _earliest(rows: list[dict], finished: bool) -> dict | None:
+    """The rank that ended first on its own (not stopped), among those that finished, or those that failed."""
+    ended = [r for r in rows if (r["status"] == "ok") == finished and not r.get("stopped") and r.get("ended_s") is not None]
+    return min(ended, key=lambda r: (r["ended_s"], r["rank"])) if ended else None
 
 
-def _first_finished(rows: list[dict]) -> dict | None:
-    done = [r for r in rows if r["status"] == "ok" and not r.get("stopped") and r.get("ended_s") is not None]
-    return min(done, key=lambda r: (r["ended_s"], r["rank"])) if done else None
+def _after(seconds: float, other: dict) -> str:
+    """``2.0 s after rank 1``: a moment measured from when ``other`` ended."""
+    return f"{seconds - other['ended_s']:.1f} s after rank {other['rank']}"
 
 
 def _why_stopped(row: dict, first: dict | None, finished: dict | None) -> str:
@@ -160,18 +161,18 @@ def _why_stopped(row: dict, first: dict | None, finished: dict | None) -> str:
     if row.get("stopped"):
         after = ""
         if first is not None:
-            after = f" {row['stopped_s'] - first['ended_s']:.1f} s after rank {first['rank']} failed"
+            after = f" {_after(row['stopped_s'], first)} failed"
         elif finished is not None:
-            after = f" {row['stopped_s'] - finished['ended_s']:.1f} s after rank {finished['rank']} finished"
+            after = f" {_after(row['stopped_s'], finished)} finished"
         return f"{_waiting(row)}: stopped{after}"
     if row["status"] == "ok":
         return "finished"
     if first is not None and is_collective_error(row):
-        return f"{_ending(row)} in a collective, {row['ended_s'] - first['ended_s']:.1f} s after rank {first['rank']}: its peer was gone"
+        return f"{_ending(row)} in a collective, {_after(row['ended_s'], first)}: its peer was gone"
     if row["status"] == "timeout":
         return "ran past the time limit"
     if first is not None and row.get("ended_s") is not None:
-        return f"{_ending(row)}, {row['ended_s'] - first['ended_s']:.1f} s after rank {first['rank']}"
+        return f"{_ending(row)}, {_after(row['ended_s'], first)}"
     return _ending(row)
 
 
@@ -261,7 +262,7 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
     (the OOM hook's reports, which know no start).
     """
     rows = sorted(rows, key=lambda r: r["rank"])
-    first, finished = _first_failure(rows), _first_finished(rows)
+    first, finished = _earliest(rows, finished=False), _earliest(rows, finished=True)
     for row in rows:
         row["ending"] = _ending(row)
         row["why"] = "failed first" if row is first else _why_stopped(row, first, finished)

@@ -19,6 +19,11 @@ __all__ = ["draw", "focus", "render"]
 SHOWN = (("peak_allocated", "peak allocated"), ("peak_reserved", "peak reserved"), ("driver_peak", "driver"))
 
 
+def measured(rows: list[dict]) -> list[tuple[str, str]]:
+    """The figures of :data:`SHOWN` that some rank has (a job run without a GPU, or read from OOM reports, lacks some)."""
+    return [(key, label) for key, label in SHOWN if any(isinstance(r.get(key), int) for r in rows)]
+
+
 def focus(result: dict) -> int | None:
     """The rank to read first: the first to fail; else the one with the largest peak reserved; else rank 0."""
     if result.get("first_failure") is not None:
@@ -33,7 +38,7 @@ def render(result: dict) -> list:
     from rich.table import Table
     from rich.text import Text
 
-    shown = [(key, label) for key, label in SHOWN if any(isinstance(r.get(key), int) for r in result["ranks"])]
+    shown = measured(result["ranks"])
     table = Table(title=f"{result['world_size']} ranks · {result.get('of') or 'run'}", title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column("ended")
@@ -60,7 +65,7 @@ def render(result: dict) -> list:
 def draw(result: dict, out_dir: Path) -> list[Path]:
     """``ranks.png``: each rank's peaks side by side; nothing when no rank has a figure."""
     rows = result["ranks"]
-    shown = [(key, label) for key, label in SHOWN if any(isinstance(r.get(key), int) for r in rows)]
+    shown = measured(rows)
     if not shown:
         return []
     plt = pyplot()
