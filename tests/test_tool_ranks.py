@@ -145,6 +145,26 @@ def test_a_rank_that_skipped_a_collective_desynchronises_the_job_though_it_finis
     assert across(rows)["collective_mismatch"] is None
 
 
+def test_the_call_a_peer_had_in_flight_when_the_first_rank_died_does_not_desynchronise_the_job():
+    """Seen on the H200: rank 0 ran out of memory in its forward after 60 all_reduces; rank 1 entered its 61st and failed
+    there. That one call is the death's consequence; a rank with fewer calls than the dead one, or two more, is not."""
+    rows = [
+        row(0, "oom", where="train.py:27", ended_s=16.7, collectives={"all_reduce": 60}),
+        row(1, "error", where="train.py:29", ended_s=17.3, message="Connection closed by peer", collectives={"all_reduce": 61}),
+    ]
+    result = across(rows)
+    assert not result["desynchronised"] and result["collective_mismatch"] is None
+    assert "different collective calls" not in result["headline"]
+    assert result["ranks"][1]["why"].endswith("its peer was gone")
+    for calls in ({"all_reduce": 62}, {"all_reduce": 59}, {"all_reduce": 61, "barrier": 1}):
+        rows[1]["collectives"] = calls
+        assert across(rows)["desynchronised"], calls
+    rows[1]["collectives"] = {"all_reduce": 61}
+    rows[0]["message"] = "Connection closed by peer"  # the first failed in a collective itself: no death to explain it
+    rows[0]["status"] = "error"
+    assert across(rows)["desynchronised"]
+
+
 def test_the_ranks_still_running_are_stopped_a_short_grace_after_a_failure_and_a_long_one_after_a_rank_finished():
     from oomlab.measure.ranks import stop_at
 

@@ -11,7 +11,8 @@ module sets them side by side, from plain data, so the tests drive it with no GP
   consequence: its peer was gone), it failed on its own, or it was still waiting when
   :mod:`oomlab.measure.ranks` stopped it, and where; **whether the job is desynchronised**: its
   ranks made different numbers of collective calls, or were left waiting at different ones (an
-  OOM caught and skipped on one rank does both); and **what differs**: each figure whose
+  OOM caught and skipped on one rank does both), beyond the one call a peer had in flight when
+  the first rank died (:func:`in_flight_when_it_died`); and **what differs**: each figure whose
   spread across ranks is at least :data:`SPREAD_FLOOR` and :data:`SPREAD_SHARE` of its largest
   value, a holder whose bytes differ as much, and a finding that only some ranks have.
 
@@ -31,6 +32,7 @@ __all__ = [
     "SPREAD_SHARE",
     "across",
     "collective_mismatch",
+    "in_flight_when_it_died",
     "is_collective_error",
     "needs_launcher",
     "where_waiting",
@@ -243,6 +245,27 @@ def collective_mismatch(rows: list[dict]) -> dict | None:
     return {"by_name": differ, "text": said}
 
 
+def in_flight_when_it_died(rows: list[dict], first: dict | None) -> bool:
+    """Whether the ranks' different counts are only the calls in flight when the first rank died of its own error.
+
+    A rank that fails in its own work (an OOM in its forward, say) has made only the calls it
+    finished, and each of those needed every rank; a peer then enters its next collective and
+    fails there, that call counted. So every other rank made at most one call more than the dead
+    one, and none fewer: the consequence of a death, not ranks out of step. An OOM caught and
+    skipped differs from it: its rank goes on and ends first, or its peer fails first in a collective.
+    """
+    if first is None or is_collective_error(first) or not isinstance(first.get("collectives"), dict):
+        return False
+    died = first["collectives"]
+    for row in rows:
+        if row is first or not isinstance(row.get("collectives"), dict):
+            continue
+        extra = [row["collectives"].get(name, 0) - died.get(name, 0) for name in set(died) | set(row["collectives"])]
+        if row["status"] == "ok" or min(extra, default=0) < 0 or sum(extra) > 1:
+            return False
+    return True
+
+
 def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
 
@@ -267,7 +290,7 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
         row["ending"] = _ending(row)
         row["why"] = "failed first" if row is first else _why_stopped(row, first, finished)
     waits = {(r["waiting"]["call"], r["waiting"]["at"]) for r in rows if r.get("stopped") and r.get("waiting")}
-    mismatch = collective_mismatch(rows)
+    mismatch = None if in_flight_when_it_died(rows, first) else collective_mismatch(rows)
     desynchronised = len(waits) > 1 or mismatch is not None
     differences = _differences(rows, tool)
     parts = []

@@ -1,10 +1,12 @@
 """Held-out torchrun job: two data-parallel ranks, and only rank 0 keeps every step's output for a log at the end.
 
 Both ranks train the same MLP and average their gradients with all_reduce. Rank 0
-appends each step's output, with its autograd graph, to a list; rank 1 keeps
-nothing. Rank 0 runs out of memory some steps in; rank 1 then waits for it in
-its next all_reduce, which fails when rank 0's process is gone. Expected: rank 0
-failed first, its hunt blames `outputs`, and the ranks' peaks differ.
+appends each step's output to a list (backward has freed what its graph saved; the
+output itself, 8 MiB, stays); rank 1 keeps nothing. Rank 0 runs out of memory some
+steps in; rank 1 then waits for it in its next all_reduce, which fails when rank 0's
+process is gone. Expected: rank 0 failed first, its hunt blames `outputs`, the ranks'
+peaks differ, and the one all_reduce rank 1 had in flight does not make the job
+desynchronised.
 """
 
 import torch
@@ -30,7 +32,7 @@ for _ in range(40):
         p.grad /= world
     optimizer.step()
     if rank == 0:
-        outputs.append(out)  # for the log: the output, and the graph that made it
+        outputs.append(out)  # for the log: the output, kept on the GPU
 
 if rank == 0:
     print("mean output", torch.stack([o.mean() for o in outputs]).mean().item())
