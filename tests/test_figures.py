@@ -231,3 +231,19 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
         assert compared["files"] == [f"{ex.id}-compare.png"] and (out / f"{ex.id}-compare.png").is_file()
     assert set(written) == {*(p for p in out.iterdir())}, "every file written is returned, figures.json last"
     assert str(tmp_path) not in (out / "figures.json").read_text()
+
+    # One exercise redrawn: only its tools run, and the others' entries stay as they were, in course order.
+    runs.clear()
+    first, last = course.exercises[0], course.exercises[-1]
+    before = json.loads((out / "figures.json").read_text())
+    before["figures"][f"{first.id}-bug"]["headline"] = "drawn earlier"
+    before["figures"]["gone-bug"] = {**before["figures"][f"{first.id}-bug"], "exercise": "gone"}
+    (out / "figures.json").write_text(json.dumps(before))
+    written = figures.regenerate(course, out, jobs=2, only=[last.id])
+    assert {label for label, *_ in runs} == {last.id}
+    index = json.loads((out / "figures.json").read_text())
+    assert list(index["figures"]) == [f"{ex.id}-{v}" for ex in course.exercises for v in ("bug", "fix")]
+    assert list(index["compares"]) == [ex.id for ex in course.exercises]
+    assert index["figures"][f"{first.id}-bug"]["headline"] == "drawn earlier", "another exercise's entry is kept"
+    assert index["figures"][f"{last.id}-bug"]["headline"] == f"{last.step} on the bug"
+    assert all(path.name.startswith((last.id, "figures.json")) for path in written)

@@ -248,6 +248,9 @@ def equivalence(
 def figures(
     out: Optional[Path] = typer.Option(None, help=f"where the site's pictures go (default: {reports.FIGURES_DIR})"),
     jobs: int = JOBS,
+    only: Optional[list[str]] = typer.Option(
+        None, "--exercise", help="redraw only this exercise's pictures (repeatable) and keep the others' in figures.json"
+    ),
 ) -> None:
     """Redraw the site's pictures from real runs: each exercise's tool on its seeded bug and on its reference fix."""
     from oomlab.site.figures import regenerate
@@ -255,7 +258,9 @@ def figures(
     course = Course(working_tree=True)
     jobs = jobs or auto_jobs(course)
     with console.status(f"Running each exercise's tool, {jobs} at a time…") as status:
-        written = regenerate(course, out or course.root / reports.FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs)
+        written = regenerate(
+            course, out or course.root / reports.FIGURES_DIR, note=lambda s: status.update(s), jobs=jobs, only=only
+        )
     for path in written:
         console.print(f"Wrote {relpath(path, course.root)}")
 

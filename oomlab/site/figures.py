@@ -53,8 +53,13 @@ COMPARED_BY = ("snapshot", "hunt")  # the runs `oomlab compare` reads of each si
 COMPARE_TOP = 5  # sites listed each way on a page
 
 
-def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, jobs: int = 1) -> list[Path]:
+def regenerate(
+    course, out: Path, note: Callable[[str], None] = lambda _: None, jobs: int = 1, only: list[str] | None = None
+) -> list[Path]:
     """Run every exercise's tools on its bug and its fix, ``jobs`` at a time, and copy what they drew into ``out``.
+
+    ``only``: run these exercises' tools alone, and keep the other exercises' entries of the ``figures.json``
+    already in ``out`` (an exercise added or edited need not redraw the whole course's pictures).
 
     Each exercise's own tool draws its pictures; the snapshot and the hunt of
     both sides (the tool's own run where it is one of them) feed the comparison.
@@ -64,8 +69,9 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
     """
     out.mkdir(parents=True, exist_ok=True)
     index = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "figures": {}, "compares": {}}
+    chosen = [course.get(i) for i in only] if only else course.exercises
     runs = []
-    for ex in course.exercises:
+    for ex in chosen:
         bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol, ex: bug).script()
         for variant, script, shown in (("bug", bug, ex.learner_path), ("fix", ex.solution_path, ex.solution_path)):
             target = exercise_target(ex, script=script, shown_as=shown)
@@ -82,7 +88,7 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
         measured = {(ex.id, variant, name): done for (ex, variant, name, _), done in zip(runs, pool.map(run, runs), strict=True)}
     targets = {(ex.id, variant): target for ex, variant, _, target in runs}
     written: list[Path] = []
-    for ex in course.exercises:
+    for ex in chosen:
         for variant in ("bug", "fix"):
             m, _ = measured[(ex.id, variant, step(ex.step).name)]
             index.setdefault("gpu", m.gpu)
@@ -91,8 +97,22 @@ def regenerate(course, out: Path, note: Callable[[str], None] = lambda _: None, 
         index["compares"][ex.id] = comparison(
             ex, measured, targets, StateDir(course.root).figure_run(ex.id, "compare"), out, written
         )
+    if only:
+        index = kept_beside(index, out / "figures.json", [ex.id for ex in course.exercises])
     write_atomic(out / "figures.json", json.dumps(index, indent=2) + "\n")
     return [*written, out / "figures.json"]
+
+
+def kept_beside(index: dict, earlier_path: Path, course_ids: list[str]) -> dict:
+    """``index`` (some exercises drawn now) with the entries of the ``figures.json`` at ``earlier_path`` of the
+    course's other exercises, in course order; an exercise the course no longer has is left out."""
+    earlier = json.loads(earlier_path.read_text(encoding="utf-8")) if earlier_path.is_file() else {}
+    merged = dict(index)
+    for key in ("figures", "compares"):
+        entries = {**{k: v for k, v in earlier.get(key, {}).items() if v.get("exercise") in course_ids}, **index[key]}
+        order = {ex: i for i, ex in enumerate(course_ids)}
+        merged[key] = dict(sorted(entries.items(), key=lambda kv: (order[kv[1]["exercise"]], kv[0])))
+    return merged
 
 
 def tool_figures(ex, variant: str, measured: dict, out: Path, written: list[Path]) -> dict:
