@@ -299,7 +299,9 @@ def test_the_measurements_page_says_how_the_truth_checks_slots_were_spent_only_w
         "verify_vs_floor": 1.67,
     }
     plain = "\n".join(speed_section(sitting, {"runs": 8}))
-    assert "1.67 times that" in plain and "slots' time" not in plain
+    assert "1.67 times that" in plain and "slots' time" not in plain and "sittings" not in plain
+    in_two = "\n".join(speed_section({**sitting, "verify_sittings": 2}, {"runs": 8}))
+    assert "2 at a time, in 2 sittings, their times added up" in in_two
     timed = {**sitting, "verify_slots_held": 0.96, "verify_outside_runs_s": 53.0, "verify_first_start_s": 1.0}
     text = "\n".join(speed_section(timed, {"runs": 8}))
     assert "held 96% of the slots' time; 53.0 s" in text and "began 1.0 s in" in text and "A typical run" not in text
@@ -387,3 +389,33 @@ def test_oomlab_dev_bench_prints_its_table_where_mkdocs_is_not_installed(tmp_pat
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "eval-graphs" in done.stdout and "2.90" in done.stdout and "12.50" in done.stdout
+
+
+def test_a_truth_check_measured_in_sittings_is_judged_by_the_sum_of_their_times():
+    """`oomlab dev bench --verify-measured verify.json` takes the row from a report written by verify or equivalence in
+    sittings: its wall time is the sittings' sum, set against the floor of all its runs together."""
+    from oomlab.bench import measured_verify_row, merge
+
+    def run(wall):
+        return {"wall_s": wall}
+
+    report = {
+        "gpu": "G",
+        "torch": "T",
+        "created": "today",
+        "runs": 6,
+        "jobs": 2,
+        "wall_s": 30.0 + 25.0,  # two sittings
+        "sittings": 2,
+        "exercises": [
+            {"solution": run(10.0), "buggy": run(20.0), "cheats": [run(10.0)]},
+            {"solution": run(10.0), "buggy": run(20.0), "cheats": [run(10.0)]},
+        ],
+    }
+    row = measured_verify_row(report)
+    # runs 10 + 20 + 10 twice, and the references at their fixes' 10 twice: 100 s over 2 slots, a floor of 50 s
+    assert (row["verify_wall_s"], row["verify_floor_s"], row["verify_vs_floor"]) == (55.0, 50.0, 1.1)
+    assert row["verify_sittings"] == 2 and row["verify_created"] == "today" and row["gpu"] == "G"
+    assert merge(None, row)["targets"]["verify_within_1_2x_floor"] is True
+    slow = measured_verify_row({**report, "wall_s": 70.0})
+    assert merge(None, slow)["targets"]["verify_within_1_2x_floor"] is False

@@ -465,6 +465,21 @@ def verify_row(report: dict, wall_s: float) -> dict:
     }
 
 
+def measured_verify_row(report: dict) -> dict:
+    """The truth check's row from a ``verify.json`` already written, measured in one sitting or several.
+
+    Its time is the sum of its sittings' (each ends with its own tail of slots idle), so a report of several sittings
+    is judged against its floor no more kindly than one sitting would be.
+    """
+    return {
+        "gpu": report.get("gpu"),
+        "torch": report.get("torch"),
+        **verify_row(report, report["wall_s"]),
+        "verify_sittings": report.get("sittings", 1),
+        "verify_created": report.get("created"),
+    }
+
+
 def run_parts(report: dict) -> dict:
     """Where a typical run's task went, the median of each part over the runs whose witness timed it: ``start``, from
     the measured process's start to its script's (forking, CUDA, the budget, the sandbox); ``script``, its own run;

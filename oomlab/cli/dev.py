@@ -375,17 +375,27 @@ def bench(
     verify_json: Optional[Path] = typer.Option(
         None, "--verify-json", help=f"with --verify, also keep the truth check's report here (as {reports.VERIFY})"
     ),
+    verify_measured: Optional[Path] = typer.Option(
+        None,
+        "--verify-measured",
+        help="take the truth check's row from this report, already measured (its time is the sum of its sittings'), "
+        "instead of running the truth check again",
+    ),
 ) -> None:
     """Time what a learner waits for on this GPU: plain runs, checks, re-checks under watch, the tools, verify, a class.
 
     The figures are merged into the report row by row, as each is measured: a sitting cut short keeps its rows.
     """
-    from oomlab.bench import ROWS, SPEED_COLUMNS, merge  # SPEED_COLUMNS: the columns the measurements page shows, in its order
+    from oomlab.bench import ROWS, SPEED_COLUMNS, measured_verify_row, merge  # SPEED_COLUMNS: the measurements page's, in order
     from oomlab.bench import bench as run_bench
 
     course = Course(working_tree=True)
     path = json_path or course.root / reports.SPEED
     report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if verify_measured:
+        report = merge(report, measured_verify_row(read_report(verify_measured)))
+        write_atomic(path, json.dumps(report, indent=2) + "\n")
+        verify_too = False
     with console.status("Benchmarking…") as status:
         for now in run_bench(
             exercise,

@@ -154,6 +154,7 @@ def speed_section(report: dict | None, verify: dict | None) -> list[str]:
             "",
             f"The whole `oomlab dev verify`: {report['verify_wall_s']} s for {report['verify_runs']} runs, "
             f"{report['verify_parallel']} at a time"
+            + (f", in {report['verify_sittings']} sittings, their times added up" if report.get("verify_sittings", 1) > 1 else "")
             + (
                 f". Its floor, which no order of the runs can beat, is {report['verify_floor_s']} s: the longer of its "
                 f"longest run ({report['verify_longest_run_s']} s) and the sum of its runs ({report['verify_runs_sum_s']} s, "
