@@ -921,6 +921,25 @@ def test_model_state_that_gains_tensors_every_step_is_a_leak_though_state_is_oth
     assert result["kind"] == "none", result["headline"]
 
 
+def test_a_name_bound_to_another_parameter_since_the_baseline_gained_no_state():
+    """Seen on the H200, on a rank that kept nothing: after step 1 its loop's `p` was the last bias (a loop over the
+    parameters that ended); at the failure, inside the loop, the first weight with its gradient, 32 MiB more."""
+    model = nn.Sequential(nn.Linear(D_IN, 1024), nn.Linear(1024, 4))
+    model(torch.randn(B, D_IN)).square().mean().backward()
+    weight, bias = model[0].weight, model[1].bias
+
+    def holders(p):
+        return walk({"global 'model'": model, "global 'p'": p}, back_search=False)
+
+    at_baseline = holders(bias)
+    baseline = {h["name"]: analysis.own_bytes(h) for h in at_baseline}
+    state_baseline = {h["name"]: h["state_bytes"] for h in at_baseline}
+    now = holders(weight)
+    assert by_name(now, "global 'p'")["state_bytes"] - state_baseline["global 'p'"] >= 64 * 1024
+    result = analysis.summarize(now, baseline=baseline, state_baseline=state_baseline, min_bytes=64 * 1024)
+    assert result["kind"] == "none", result["headline"]
+
+
 def test_this_steps_graph_is_no_growth_across_steps():
     h = holder(
         "train() local 'out' (train.py:9)", "Tensor", direct=MIB, graph=50 * MIB, tensors=1, saved=3, graphs=1, tensor_root=True

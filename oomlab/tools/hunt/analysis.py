@@ -198,9 +198,12 @@ def summarize(
     candidates = [h for h in holders if h["label"] not in (IN_FLIGHT, STATE) and own_bytes(h) >= min_bytes]
     signed = [(h, _leak_sign(h, min_bytes)) for h in candidates]
     signed = [(h, sign) for h, sign in signed if sign]
-    # State that gained tensors since the baseline step: not the work itself, whoever holds it.
+    # State that gained tensors since the baseline step: not the work itself, whoever holds it. A name bound to one
+    # tensor gains none: what it holds changed because the name was bound to another parameter (a loop's `p`, left
+    # on the first weight by a failure in the loop, on the last bias after a loop that ended).
     for h in holders:
-        if h["label"] != IN_FLIGHT and (h["state_grew_bytes"] or 0) >= min_bytes and all(h is not s for s, _ in signed):
+        grew = (h["state_grew_bytes"] or 0) >= min_bytes and not h["tensor_root"]
+        if h["label"] != IN_FLIGHT and grew and all(h is not s for s, _ in signed):
             h["state_grown"] = True
             signed.append((h, "container-leak"))
     own_total = sum(own_bytes(h) for h in holders if h["label"] != IN_FLIGHT)
