@@ -435,3 +435,33 @@ def test_diagnose_on_a_torchrun_job_gives_each_rank_its_verdict(tmp_path, monkey
     assert verdict["ranks"]["1"]["fix_first"] == "container-leak" and verdict["ranks"]["1"]["found_by"] == "hunt"
     assert verdict["ranks"]["0"]["fix_first"] is None
     assert verdict["across"] == "all 2 ranks finished; their memory is alike."
+
+
+def test_the_table_names_each_ranks_holder_in_a_few_words_where_its_sentence_would_fill_the_screen():
+    """On the H200, at 80 columns, the finding column wrapped a hunt's whole sentence one word a line, 25 lines a rank."""
+    from rich.console import Console
+
+    from oomlab.tools.ranks.present import render
+
+    sentence = "list `outputs` (global) holds 39 tensors, 312.0 MiB, and grew by 312.0 MiB since optimizer step 1"
+    rows = [
+        row(
+            0,
+            "oom",
+            ended_s=15.2,
+            peak_reserved=590 * MIB,
+            culprit="global 'outputs'",
+            culprit_bytes=312 * MIB,
+            kind="container-leak",
+            headline=sentence,
+        ),  # fmt: skip
+        row(1, "error", ended_s=15.7, peak_reserved=334 * MIB, headline="no structural problem found"),
+    ]
+    console = Console(width=80, record=True)
+    for part in render(across(rows, "hunt")):
+        console.print(part)
+    shown = console.export_text()
+    assert "│ global 'outputs', 312.0" in shown and "MiB (container-leak)" in shown
+    assert "│ no structural problem" in shown
+    assert "since optimizer step 1" not in shown, "the sentence is the rank's own report, shown in full above the table"
+    assert len(shown.splitlines()) < 20

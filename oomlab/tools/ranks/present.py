@@ -34,6 +34,15 @@ def focus(result: dict) -> int | None:
     return max(ranks, key=lambda r: (r.get("peak_reserved") or 0, -r["rank"]))["rank"]
 
 
+def finding(row: dict) -> str:
+    """A rank's finding in a cell of the table: what it names and how much, where it names a holder (its whole
+    sentence is the rank's own report, and the rank read first is shown in full above the table); else its headline."""
+    if row.get("culprit"):
+        size = f", {format_bytes(row['culprit_bytes'])}" if row.get("culprit_bytes") else ""
+        return f"{row['culprit']}{size} ({row.get('kind') or 'found'})"
+    return row.get("headline") or row.get("error") or "no report"
+
+
 def render(result: dict) -> list:
     from rich.table import Table
     from rich.text import Text
@@ -51,7 +60,7 @@ def render(result: dict) -> list:
             str(row["rank"]),
             row["why"] if row["why"] != "failed first" else f"{row['ending']} (first)",
             *(format_bytes(row.get(key)) for key, _ in shown),
-            row.get("headline") or row.get("error") or "no report",
+            finding(row),
             style=style,
         )
     out: list = [table, Text(result["headline"], style="bold")]
