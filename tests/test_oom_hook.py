@@ -618,3 +618,15 @@ def test_on_a_gpu_the_step_hook_samples_memory_only_until_the_baseline(tmp_path)
     _, folder = run_example(tmp_path)
     holders = json.loads((folder / "holders.json").read_text())
     assert len(holders["steps"]) == 1 and holders["optimizer_steps"] > 10
+
+
+def test_a_report_whose_finding_is_half_written_or_not_an_object_is_no_report(tmp_path):
+    """The reader of reports (and of a rank's result while its job runs) takes a JSON object or nothing."""
+    from oomlab.oom_hook.reports import load_report
+
+    folder = tmp_path / "20261205-000000-rank0-pid1"
+    folder.mkdir()
+    for text in ('{"kind": "fragmen', "[1, 2]", ""):
+        (folder / "finding.json").write_text(text, encoding="utf-8")
+        assert load_report(folder) is None, text
+    assert load_report(tmp_path / "missing") is None

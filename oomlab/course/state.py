@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,16 @@ def require_readable(path: Path, what: str = "", name: str | None = None) -> Non
         return
     except OSError as err:
         raise read_error(path, err, what, name) from None
+
+
+def read_json_object(path: Path) -> dict | None:
+    """The JSON object in the file at ``path``, or None where there is none: missing, unreadable, not JSON, or JSON
+    that is not an object (a report another process was writing, or never wrote)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from oomlab.course.state import read_json_object
 from oomlab.measure.harness import Measurement, _tail, child_env, collect
 from oomlab.measure.witness import Driver
 
@@ -209,8 +210,8 @@ class Watch:
                 with contextlib.suppress(OSError, ValueError):
                     self.pids[rank] = int((folder / "pid").read_text(encoding="utf-8"))
             if rank not in self.ended:
-                with contextlib.suppress(OSError, ValueError):  # not written yet, or half written
-                    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+                result = read_json_object(folder / "result.json")  # None: not written yet, or half written
+                if result is not None:
                     self.ended[rank] = (round(now, 3), str(result.get("status", "")))
 
     def _sample(self) -> None:
@@ -247,13 +248,5 @@ class Watch:
             stopped_s=self.stopped.get(rank),
             stacks=_tail(folder / "stacks.txt", 200),
             driver_peak_bytes=self.peak.get(rank),
-            collectives=_counts(folder / "collectives.json"),
+            collectives=read_json_object(folder / "collectives.json"),
         )
-
-
-def _counts(path: Path) -> dict | None:
-    try:
-        counts = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return counts if isinstance(counts, dict) else None

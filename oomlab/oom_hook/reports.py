@@ -13,9 +13,9 @@ The layout is :mod:`oomlab.oom_hook.report`'s; what each figure means, the snaps
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from oomlab.course.state import read_json_object
 from oomlab.tools.ranks import largest_holders
 
 __all__ = ["FINDING", "find_reports", "load_report", "rank_rows"]
@@ -42,25 +42,17 @@ def find_reports(folder: Path) -> list[Path]:
         return []
 
 
-def _json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def load_report(folder: Path) -> dict | None:
     """A report's finding, holders and the failed device's analysis; None when its finding cannot be read."""
-    finding = _json(Path(folder) / FINDING)
+    finding = read_json_object(Path(folder) / FINDING)
     if finding is None:
         return None
     device = finding.get("failed_device")
-    analysis = _json(Path(folder) / f"cuda{device}" / "fragmentation.json") if isinstance(device, int) else None
+    analysis = read_json_object(Path(folder) / f"cuda{device}" / "fragmentation.json") if isinstance(device, int) else None
     return {
         "folder": Path(folder),
         "finding": finding,
-        "holders": _json(Path(folder) / "holders.json") or {},
+        "holders": read_json_object(Path(folder) / "holders.json") or {},
         "device": analysis or {},
     }
 

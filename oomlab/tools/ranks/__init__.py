@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from oomlab.course.state import read_json_object, write_atomic
 from oomlab.measure.ranks import RankRun, launch
 from oomlab.oom import first_line
 from oomlab.tools.base import run_summary
@@ -84,10 +85,7 @@ def run_ranks(
     reports, rows = {}, []
     for run in runs:
         path = out_dir / f"rank{run.rank}" / f"{tool}.json"
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            report = None
+        report = read_json_object(path)
         if report is not None:
             report["out_dir"] = str(path.parent)
             report["budget_bytes"] = target.budget_bytes
@@ -96,6 +94,6 @@ def run_ranks(
         rows.append(rank_row(run, str(target.script), report))
     result = across(rows, tool)
     result.update(job=job, label=target.label, out_dir=str(out_dir))
-    (out_dir / "ranks.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_atomic(out_dir / "ranks.json", json.dumps(result, indent=1) + "\n")
     result["reports"] = reports
     return result
