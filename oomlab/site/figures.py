@@ -108,9 +108,9 @@ def kept_beside(index: dict, earlier_path: Path, course_ids: list[str]) -> dict:
     course's other exercises, in course order; an exercise the course no longer has is left out."""
     earlier = json.loads(earlier_path.read_text(encoding="utf-8")) if earlier_path.is_file() else {}
     merged = dict(index)
+    order = {ex: i for i, ex in enumerate(course_ids)}
     for key in ("figures", "compares"):
-        entries = {**{k: v for k, v in earlier.get(key, {}).items() if v.get("exercise") in course_ids}, **index[key]}
-        order = {ex: i for i, ex in enumerate(course_ids)}
+        entries = {**{k: v for k, v in earlier.get(key, {}).items() if v.get("exercise") in order}, **index[key]}
         merged[key] = dict(sorted(entries.items(), key=lambda kv: (order[kv[1]["exercise"]], kv[0])))
     return merged
 
