@@ -419,3 +419,20 @@ def test_a_truth_check_measured_in_sittings_is_judged_by_the_sum_of_their_times(
     assert merge(None, row)["targets"]["verify_within_1_2x_floor"] is True
     slow = measured_verify_row({**report, "wall_s": 70.0})
     assert merge(None, slow)["targets"]["verify_within_1_2x_floor"] is False
+
+
+def test_a_verify_report_that_is_not_there_is_one_clear_error(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "other.json").write_text("[1, 2]", encoding="utf-8")
+    for name in ("missing.json", "other.json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "oomlab", "dev", "bench", "--no-exercises", "--no-scripts", "--json", str(tmp_path / "speed.json"),
+             "--verify-measured", str(tmp_path / name)],
+            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], env={**__import__("os").environ, "COLUMNS": "200"},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "is not a truth check's report" in done.stdout + done.stderr and "Traceback" not in done.stderr
+        assert not (tmp_path / "speed.json").exists(), "nothing written"

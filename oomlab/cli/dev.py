@@ -393,7 +393,13 @@ def bench(
     path = json_path or course.root / reports.SPEED
     report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if verify_measured:
-        report = merge(report, measured_verify_row(read_report(verify_measured)))
+        measured = read_report(verify_measured)
+        if not isinstance(measured, dict) or not isinstance(measured.get("exercises"), list):
+            raise OomLabError(
+                f"{verify_measured} is not a truth check's report: it is missing, unreadable or not what verify writes.",
+                f"Name the verify.json that `oomlab dev verify` or `oomlab dev equivalence --verify-json` wrote ({reports.VERIFY}).",
+            )
+        report = merge(report, measured_verify_row(measured))
         write_atomic(path, json.dumps(report, indent=2) + "\n")
         verify_too = False
     with console.status("Benchmarking…") as status:
