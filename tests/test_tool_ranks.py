@@ -348,6 +348,7 @@ def test_every_rank_is_hunted_and_the_rank_that_failed_first_is_named(tmp_path, 
     # Rank 1 failed before its third all_reduce, and rank 0's third is the one that failed: the call it had in flight
     # when rank 1 died, counted, which does not make the job desynchronised.
     assert (other["collectives"], first["collectives"]) == ({"all_reduce": 3}, {"all_reduce": 2})
+    assert other["issued"] - first["issued"] == 1  # in all, as the group itself counted them: the same call ahead
     assert not result["desynchronised"] and "different collective calls" not in result["headline"]
     assert {p.name for p in out.iterdir()} == {"ranks.json", "rank0", "rank1"}
     assert json.loads((out / "rank1" / "hunt.json").read_text())["culprit"] == "global 'history'"
@@ -465,3 +466,61 @@ def test_the_table_names_each_ranks_holder_in_a_few_words_where_its_sentence_wou
     assert "│ no structural problem" in shown
     assert "since optimizer step 1" not in shown, "the sentence is the rank's own report, shown in full above the table"
     assert len(shown.splitlines()) < 20
+
+
+def test_collectives_torch_issued_itself_desynchronise_a_job_whose_script_calls_none():
+    """DDP's reducer all-reduces from C++, where the script's calls by name see nothing: a rank that skipped a backward
+    (an OOM caught in its forward) issued one step's all-reduces fewer in all, and that is what tells."""
+    rows = [
+        row(0, "error", where="train.py:30", ended_s=9.5, message="Connection closed by peer", collectives={}, issued=43),
+        row(1, ended_s=9.4, collectives={}, issued=40),
+    ]
+    result = across(rows)
+    assert result["desynchronised"]
+    assert result["collective_mismatch"] == {
+        "by_name": {},
+        "issued": {0: 43, 1: 40},
+        "text": "in all, torch's own calls included: rank 0 43, rank 1 40",
+    }
+    assert "different collective calls (in all, torch's own calls included: rank 0 43, rank 1 40)" in result["headline"]
+    rows[1]["issued"] = 43
+    assert not across(rows)["desynchronised"]
+    # Where the calls by name already differ, they say it: the number in all is not repeated.
+    rows[0]["collectives"], rows[1]["collectives"], rows[1]["issued"] = {"all_reduce": 10}, {"all_reduce": 9}, 40
+    assert across(rows)["collective_mismatch"]["issued"] is None
+
+
+def test_a_peer_ahead_in_torch_own_collectives_when_the_first_rank_died_is_still_the_death_consequence():
+    """A peer of a rank that died in its forward may have started several of DDP's bucket all-reduces before it waits:
+    ahead in all, by more than one, is the death's consequence; behind is not."""
+    rows = [
+        row(0, "oom", where="train.py:27", ended_s=16.7, collectives={}, issued=40),
+        row(1, "error", where="train.py:29", ended_s=17.3, message="Connection closed by peer", collectives={}, issued=43),
+    ]
+    assert not across(rows)["desynchronised"]
+    rows[1]["issued"] = 37
+    result = across(rows)
+    assert result["desynchronised"] and result["collective_mismatch"]["issued"] == {0: 40, 1: 37}
+
+
+@needs_gloo
+def test_the_default_group_counts_the_collectives_ddp_issues_and_the_count_outlives_destroy(monkeypatch):
+    import torch.distributed as dist
+
+    from oomlab.measure.rank_child import count_issued, issued_on_default_group
+
+    monkeypatch.setattr(dist, "destroy_process_group", dist.destroy_process_group)  # put back after the test
+    assert issued_on_default_group() is None  # no group yet
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        final = {}
+        count_issued(final)
+        before = issued_on_default_group()
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+        built = issued_on_default_group()
+        model(torch.ones(2, 8)).sum().backward()  # the reducer all-reduces the gradients, from C++
+        assert built > before and issued_on_default_group() > built
+        last = issued_on_default_group()
+    finally:
+        dist.destroy_process_group()
+    assert final["issued"] == last and issued_on_default_group() is None

@@ -65,6 +65,7 @@ class RankRun:
     stacks: str = ""  # its threads' stacks, as faulthandler wrote them when it was asked
     driver_peak_bytes: int | None = None  # the most the driver counted for its process, on every GPU
     collectives: dict | None = None  # the script's torch.distributed calls by name; None if the rank never said
+    issued: int | None = None  # every collective it issued on the default group, torch's own included; None if unknown
 
 
 def launch(
@@ -240,6 +241,8 @@ class Watch:
             end = {"returncode": job["returncode"]}
         result = collect(folder, end, self.time_limit_s)
         m = Measurement.from_json({**result, "script": str(script), "budget_bytes": budget_bytes})
+        counted = read_json_object(folder / "collectives.json") or {}
+        calls, issued = counted.get("calls"), counted.get("issued")
         return RankRun(
             rank=rank,
             measurement=m,
@@ -248,5 +251,6 @@ class Watch:
             stopped_s=self.stopped.get(rank),
             stacks=_tail(folder / "stacks.txt", 200),
             driver_peak_bytes=self.peak.get(rank),
-            collectives=read_json_object(folder / "collectives.json"),
+            collectives=calls if isinstance(calls, dict) else None,
+            issued=issued if isinstance(issued, int) and not isinstance(issued, bool) else None,
         )

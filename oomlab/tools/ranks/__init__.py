@@ -42,6 +42,7 @@ def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
         **{key: stats.get(key) for key, _ in COLUMNS if key in stats},
         "driver_peak": run.driver_peak_bytes,
         "collectives": run.collectives,
+        "issued": run.issued,
         "stdout": m.stdout,
         "stderr": m.stderr,
     }

@@ -226,23 +226,28 @@ def _differences(rows: list[dict], tool: str) -> list[dict]:
 
 
 def collective_mismatch(rows: list[dict]) -> dict | None:
-    """The collectives that the ranks called a different number of times: ``{name: {rank: calls}}`` and a sentence.
+    """The collectives that the ranks called a different number of times: ``{name: {rank: calls}}``, the collectives each
+    rank issued in all where those differ and the calls by name do not (``issued``: ``{rank: n}``), and a sentence.
 
-    Only ranks that said what they called count; None when they all called the same.
+    The calls by name are the script's own; the number issued in all counts torch's too (DDP's reducer, FSDP's
+    hooks), which no name sees. Only ranks that said count; None when they all agree.
     """
     counted = [r for r in rows if isinstance(r.get("collectives"), dict)]
-    if len(counted) < 2:
-        return None
-    names = sorted(set().union(*(r["collectives"] for r in counted)))
     differ = {}
-    for name in names:
-        calls = {r["rank"]: int(r["collectives"].get(name, 0)) for r in counted}
-        if len(set(calls.values())) > 1:
-            differ[name] = calls
-    if not differ:
-        return None
+    if len(counted) > 1:
+        for name in sorted(set().union(*(r["collectives"] for r in counted))):
+            calls = {r["rank"]: int(r["collectives"].get(name, 0)) for r in counted}
+            if len(set(calls.values())) > 1:
+                differ[name] = calls
     said = "; ".join(f"{name}: " + ", ".join(f"rank {rank} {n}" for rank, n in calls.items()) for name, calls in differ.items())
-    return {"by_name": differ, "text": said}
+    issued = {r["rank"]: r["issued"] for r in rows if isinstance(r.get("issued"), int)}
+    if differ or len(issued) < 2 or len(set(issued.values())) == 1:
+        issued = None
+    else:
+        said = "in all, torch's own calls included: " + ", ".join(f"rank {rank} {n}" for rank, n in issued.items())
+    if not differ and not issued:
+        return None
+    return {"by_name": differ, "issued": issued, "text": said}
 
 
 def in_flight_when_it_died(rows: list[dict], first: dict | None) -> bool:
@@ -251,8 +256,11 @@ def in_flight_when_it_died(rows: list[dict], first: dict | None) -> bool:
     A rank that fails in its own work (an OOM in its forward, say) has made only the calls it
     finished, and each of those needed every rank; a peer then enters its next collective and
     fails there, that call counted. So every other rank made at most one call more than the dead
-    one, and none fewer: the consequence of a death, not ranks out of step. An OOM caught and
-    skipped differs from it: its rank goes on and ends first, or its peer fails first in a collective.
+    one, and none fewer: the consequence of a death, not ranks out of step. In all, torch's own
+    calls included, a peer may be further ahead (DDP's reducer starts a bucket's all-reduce as soon as
+    its gradients are ready, and waits for them all at the end of backward), but never behind. An
+    OOM caught and skipped differs from it: its rank goes on and ends first, or its peer fails first
+    in a collective.
     """
     if first is None or is_collective_error(first) or not isinstance(first.get("collectives"), dict):
         return False
@@ -262,6 +270,8 @@ def in_flight_when_it_died(rows: list[dict], first: dict | None) -> bool:
             continue
         extra = [row["collectives"].get(name, 0) - died.get(name, 0) for name in set(died) | set(row["collectives"])]
         if row["status"] == "ok" or min(extra, default=0) < 0 or sum(extra) > 1:
+            return False
+        if isinstance(row.get("issued"), int) and isinstance(first.get("issued"), int) and row["issued"] < first["issued"]:
             return False
     return True
 
@@ -275,7 +285,8 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
 
     A row: ``rank``, ``status``, ``where``, ``message``, ``error_type``, ``ended_s`` (from the job's
     start; None if it never ended on its own), ``stopped`` and ``stopped_s``, ``waiting``
-    (:func:`where_waiting`), ``collectives`` (calls by name), the figures of :data:`COLUMNS`,
+    (:func:`where_waiting`), ``collectives`` (calls by name), ``issued`` (every collective it issued on the default
+    group, torch's own included), the figures of :data:`COLUMNS`,
     ``holders`` (``{name: bytes}``, from the hunt), and the rank's finding (``kind``,
     ``headline``, ``culprit``, ``culprit_bytes``). Returns the rows,
     ``first_failure``, each other rank's ``why``, ``desynchronised`` (the ranks made different
