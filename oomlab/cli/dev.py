@@ -309,12 +309,34 @@ def facts(
     json_path: Optional[Path] = typer.Option(
         None, "--json", help="where to write the report (default: course/measurements/facts.json)"
     ),
+    stale: bool = typer.Option(
+        False,
+        "--stale",
+        help="run only the probes the report lacks or measured with another version of their script, and merge "
+        "their facts into it (same GPU, torch and CUDA)",
+    ),
 ) -> None:
     """Run the site's probes on this GPU, each in a fresh process, and write the facts the pages quote."""
     from oomlab.site import facts as site_facts
 
     course = Course(working_tree=True)
     probes = site_facts.find_probes(course.root / site_facts.PROBES_DIR)
+    path = json_path or course.root / reports.FACTS
+    committed = None
+    if stale:
+        if probe:
+            raise OomLabError("--stale and --probe both choose the probes to run.", "Name one of them.")
+        try:
+            committed = site_facts.load(path)
+        except (OSError, ValueError) as err:
+            raise OomLabError(f"{relpath(path, course.root)} cannot be read: {err}", "Run every probe: drop --stale.") from None
+        every = probes
+        if committed is not None:
+            probes = [p for p in probes if p.name in site_facts.stale_probes(committed, probes)]
+        if not probes:
+            console.print(f"Every probe's facts in {relpath(path, course.root)} are current: nothing to run.")
+            return
+        console.print("Stale: " + ", ".join(p.name for p in probes))
     if probe:
         unknown = sorted(set(probe) - {p.name for p in probes})
         if unknown:
@@ -335,7 +357,8 @@ def facts(
     if probe and json_path is None:
         console.print("Only some probes ran: nothing written (name --json to write them).")
         return
-    path = json_path or course.root / reports.FACTS
+    if committed is not None:
+        report = site_facts.merged(committed, report, every)
     site_facts.write(report, path)
     console.print(f"Wrote {relpath(path, course.root)}")
 

@@ -242,6 +242,28 @@ def write(report: dict, path: Path) -> None:
     write_atomic(path, json.dumps(report, indent=2, sort_keys=False) + "\n")  # makes the folder as needed
 
 
+def merged(committed: dict, report: dict, probes: list[Probe]) -> dict:
+    """``report``'s probes written over the committed report's, whose other probes are kept, and whose facts of probes
+    no longer in ``probes`` are dropped: the report of a run of only the stale probes (:func:`stale_probes`).
+
+    Facts side by side on a page must come from one machine: where the two were measured on another GPU, torch or
+    CUDA, nothing is merged and the error says so.
+    """
+    differs = [key for key in ("gpu", "torch", "cuda") if committed.get(key) != report.get(key)]
+    if differs:
+        was = ", ".join(f"{key} {committed.get(key)}" for key in differs)
+        now = ", ".join(f"{key} {report.get(key)}" for key in differs)
+        raise OomLabError(
+            f"The committed facts were measured with {was}; these with {now}: nothing merged.",
+            f"Run every probe here (`{COMMAND}` without --stale), or only the stale ones where the others were measured.",
+        )
+    names = {p.name for p in probes}
+    kept = {key: value for key, value in committed.items() if key not in ("facts", "sources", "errors")}
+    facts_now = {name: value for name, value in committed["facts"].items() if name in names} | report["facts"]
+    sources_now = {name: value for name, value in committed["sources"].items() if name in names} | report["sources"]
+    return {**kept, "created": report["created"], "facts": facts_now, "sources": sources_now}
+
+
 # --------------------------------------------------------------------------- the pages
 
 
