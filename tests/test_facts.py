@@ -24,6 +24,7 @@ from oomlab.errors import OomLabError
 from oomlab.site import facts
 from oomlab.site import reports as site_reports
 from oomlab.units import MIB, UNIT_BYTES
+from tests.in_process import oomlab
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "course").glob("*.md"))
@@ -87,17 +88,6 @@ def test_measure_runs_every_probe_and_variant_in_a_fresh_process_with_its_settin
 
 def test_only_the_stale_probes_run_and_their_facts_are_merged_into_the_committed_ones(course_copy, monkeypatch, capsys):
     """`oomlab dev facts --stale`: a probe added or changed since the report costs its own run, not every probe's."""
-    from oomlab.cli import main
-
-    def oomlab(*args: str) -> tuple[int, str]:
-        try:
-            main(list(args))
-            rc = 0
-        except SystemExit as done:
-            rc = done.code or 0
-        captured = capsys.readouterr()
-        return rc, " ".join((captured.out + captured.err).split())
-
     monkeypatch.setattr(facts, "environment", lambda cwd: {"gpu": "GPU A", "torch": "2.11", "cuda": "13.0"})
     monkeypatch.setenv("OOMLAB_ROOT", str(course_copy))
     folder = course_copy / facts.PROBES_DIR
@@ -111,22 +101,22 @@ def test_only_the_stale_probes_run_and_their_facts_are_merged_into_the_committed
     gone.unlink()
     write_probe(folder, "added", '""')
 
-    rc, said = oomlab("dev", "facts", "--stale", "--json", str(out))
+    rc, said = oomlab(capsys, "dev", "facts", "--stale", "--json", str(out))
     after = facts.load(out)
     assert rc == 0 and "Stale: added, changed" in said, said
     assert after["facts"]["kept"] == before["facts"]["kept"]  # not run again: the same process's answer
     assert after["facts"]["changed"]["pid"] != before["facts"]["changed"]["pid"]
     assert set(after["facts"]) == set(after["sources"]) == {"kept", "changed", "added"}  # a removed probe's facts go
     assert facts.stale_probes(after, facts.find_probes(folder)) == []
-    rc, said = oomlab("dev", "facts", "--stale", "--json", str(out))
+    rc, said = oomlab(capsys, "dev", "facts", "--stale", "--json", str(out))
     assert rc == 0 and "nothing to run" in said and facts.load(out) == after
 
     # Facts of another machine are never set beside these: nothing is written.
     changed.write_text(changed.read_text(encoding="utf-8") + "# again\n", encoding="utf-8")
     monkeypatch.setattr(facts, "environment", lambda cwd: {"gpu": "GPU B", "torch": "2.11", "cuda": "13.0"})
-    rc, said = oomlab("dev", "facts", "--stale", "--json", str(out))
+    rc, said = oomlab(capsys, "dev", "facts", "--stale", "--json", str(out))
     assert rc == 2 and "measured with gpu GPU A; these with gpu GPU B" in said and facts.load(out) == after
-    rc, said = oomlab("dev", "facts", "--stale", "--probe", "kept")
+    rc, said = oomlab(capsys, "dev", "facts", "--stale", "--probe", "kept")
     assert rc == 2 and "both choose the probes" in said
 
 

@@ -15,6 +15,7 @@ from oomlab.course.shipped import init_course
 from oomlab.course.state import StateDir
 from oomlab.errors import OomLabError
 from oomlab.grading import verdict
+from tests.in_process import oomlab
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -463,30 +464,18 @@ def faked_runs(learner_course, monkeypatch):
     return runs
 
 
-def oomlab_here(capsys, *args: str) -> tuple[int, str]:
-    from oomlab.cli import main
-
-    try:
-        main(list(args))
-        rc = 0
-    except SystemExit as done:
-        rc = done.code or 0
-    captured = capsys.readouterr()
-    return rc, " ".join(re.sub(r"[│╭╮╰╯─┃━┏┓┗┛┡┩╇┳┻╋┣┫┯┷┼]+", " ", captured.out + captured.err).split())
-
-
 def test_check_grades_with_the_shipped_manifest_and_names_the_edited_one(learner_course, faked_runs, capsys):
     shipped = Course(learner_course).get(ID)
     note = f"exercises/{ID}/exercise.toml differs from the course's own"
-    rc, out = oomlab_here(capsys, "check", ID)
+    rc, out = oomlab(capsys, "check", ID)
     assert rc == 1 and note not in out, out  # nothing edited: nothing to say
     for find, replace, _ in LEARNER_EDITS.values():  # every edit at once: a bigger budget, no retries check, ...
         edit(learner_course, ID, find, replace)
     (learner_course / "exercises" / ID / "mine.py").write_text("print('fits')\n", encoding="utf-8")
-    rc, out = oomlab_here(capsys, "check", ID)
+    rc, out = oomlab(capsys, "check", ID)
     ex, script = faked_runs[-1]
     assert (ex.budget_bytes, ex.checks, script) == (shipped.budget_bytes, shipped.checks, shipped.learner_path)
     assert rc == 1 and "✗ inactive_split_peak" in out and "✗ retries" in out, out
     assert f"Note: {note} (.oomlab/originals/{ID}/exercise.toml), which was used" in out, out
-    rc, out = oomlab_here(capsys, "run", ID)
+    rc, out = oomlab(capsys, "run", ID)
     assert faked_runs[-1][1] == shipped.learner_path and f"Note: {note}" in out, out

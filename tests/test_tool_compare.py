@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import re
 import textwrap
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from oomlab.tools.hunt.analysis import summarize
 from oomlab.tools.snapshot.analysis import analyze, load_snapshot, normalize
 from oomlab.tools.snapshot.probe import write_snapshot_pickle
 from oomlab.units import MIB
+from tests.in_process import oomlab
 from tests.test_tool_hunt import holder
 from tests.test_tool_snapshot import Builder, block
 
@@ -381,21 +381,6 @@ def test_an_exercises_own_files_run_under_its_settings(course_copy, monkeypatch)
 
 
 # --------------------------------------------------------------------------- the command
-
-
-def oomlab(capsys, *args: str) -> tuple[int, str]:
-    """Run the CLI's entry point (which turns an OomLabError into exit 2); the exit code and the flattened output."""
-    from oomlab.cli import main
-
-    try:
-        main(list(args))
-        rc = 0
-    except SystemExit as done:
-        rc = done.code or 0
-    captured = capsys.readouterr()
-    out = " ".join(re.sub(r"[│╭╮╰╯─━┃┏┓┗┛┡┩╇┳┻╋┣┫┯┷┼]+", " ", captured.out + captured.err).split())
-    assert "Traceback" not in out and "internal error" not in out, out
-    return rc, out
 
 
 def wide_console(monkeypatch) -> None:
