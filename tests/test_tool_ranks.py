@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -483,6 +484,19 @@ def test_collectives_torch_issued_itself_desynchronise_a_job_whose_script_calls_
         "text": "in all, torch's own calls included: rank 0 43, rank 1 40",
     }
     assert "different collective calls (in all, torch's own calls included: rank 0 43, rank 1 40)" in result["headline"]
+    from rich.console import Console
+
+    from oomlab.tools.ranks.present import render
+
+    console = Console(width=120, record=True)
+    for part in render(result):
+        console.print(part)
+    table = console.export_text()
+    assert "collectives" in table and re.search(r"│\s+43 │", table) and re.search(r"│\s+40 │", table), table
+    console = Console(width=120, record=True)
+    for part in render(across([row(0), row(1)])):  # ranks that said nothing of it: no such column
+        console.print(part)
+    assert "collectives" not in console.export_text()
     rows[1]["issued"] = 43
     assert not across(rows)["desynchronised"]
     # Where the calls by name already differ, they say it: the number in all is not repeated.

@@ -48,18 +48,24 @@ def render(result: dict) -> list:
     from rich.text import Text
 
     shown = measured(result["ranks"])
+    # Every collective each rank issued, torch's own included: ranks out of step differ here at a glance.
+    counted = any(isinstance(r.get("issued"), int) for r in result["ranks"])
     table = Table(title=f"{result['world_size']} ranks · {result.get('of') or 'run'}", title_justify="left")
     table.add_column("rank", justify="right")
     table.add_column("ended")
     for _, label in shown:
         table.add_column(label, justify="right")
+    if counted:
+        table.add_column("collectives", justify="right")
     table.add_column("finding", overflow="fold")
     for row in result["ranks"]:
         style = "red" if row["rank"] == result.get("first_failure") else None
+        issued = [str(row["issued"]) if isinstance(row.get("issued"), int) else "-"] if counted else []
         table.add_row(
             str(row["rank"]),
             row["why"] if row["why"] != "failed first" else f"{row['ending']} (first)",
             *(format_bytes(row.get(key)) for key, _ in shown),
+            *issued,
             finding(row),
             style=style,
         )
