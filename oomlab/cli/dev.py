@@ -332,7 +332,8 @@ def facts(
             raise OomLabError(f"{relpath(path, course.root)} cannot be read: {err}", "Run every probe: drop --stale.") from None
         every = probes
         if committed is not None:
-            probes = [p for p in probes if p.name in site_facts.stale_probes(committed, probes)]
+            stale_names = set(site_facts.stale_probes(committed, probes))  # once: it hashes every probe's script
+            probes = [p for p in probes if p.name in stale_names]
         if not probes:
             console.print(f"Every probe's facts in {relpath(path, course.root)} are current: nothing to run.")
             return
