@@ -520,21 +520,30 @@ def test_a_peer_ahead_in_torch_own_collectives_when_the_first_rank_died_is_still
 @needs_gloo
 def test_the_default_group_counts_the_collectives_ddp_issues_and_the_count_outlives_destroy(monkeypatch):
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d
 
-    from oomlab.measure.rank_child import count_issued, issued_on_default_group
+    from oomlab.measure.collectives import at_end, issued, keep_counting
 
-    monkeypatch.setattr(dist, "destroy_process_group", dist.destroy_process_group)  # put back after the test
-    assert issued_on_default_group() is None  # no group yet
+    for module in (dist, distributed_c10d):  # put back after the test
+        monkeypatch.setattr(module, "init_process_group", module.init_process_group)
+        monkeypatch.setattr(module, "destroy_process_group", module.destroy_process_group)
+    kept = {}
+    keep_counting(kept)
+    assert issued() is None and at_end(kept) is None  # no group yet
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        final = {}
-        count_issued(final)
-        before = issued_on_default_group()
+        before = issued()
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
-        built = issued_on_default_group()
+        built = issued()
         model(torch.ones(2, 8)).sum().backward()  # the reducer all-reduces the gradients, from C++
-        assert built > before and issued_on_default_group() > built
-        last = issued_on_default_group()
+        assert built > before and issued() > built
+        last = issued()
     finally:
-        dist.destroy_process_group()
-    assert final["issued"] == last and issued_on_default_group() is None
+        dist.destroy_process_group(dist.group.WORLD)  # destroyed by name: counted all the same
+    assert at_end(kept) == last and issued() is None
+    # Made again and destroyed again, through the module torch.distributed takes it from: counted on, not over.
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    dist.all_reduce(torch.ones(1))
+    mid = at_end(kept)
+    distributed_c10d.destroy_process_group()
+    assert mid == at_end(kept) == last + 1

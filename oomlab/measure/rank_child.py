@@ -36,7 +36,7 @@ import sys
 if __name__ == "__main__":  # run as a file: make the oomlab package importable
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from oomlab.measure import child  # noqa: E402 - after the path above
+from oomlab.measure import child, collectives  # noqa: E402 - after the path above
 
 ASK_STACKS = signal.SIGUSR1
 COLLECTIVES = (
@@ -105,39 +105,6 @@ def count_collectives(counts: dict) -> None:
         setattr(dist, name, counted)
 
 
-def issued_on_default_group() -> int | None:
-    """How many collectives this rank has issued on the default process group, whoever called them: the group's
-    sequence number, which every collective on it advances. None before ``init_process_group`` or after the group is gone."""
-    try:
-        import torch.distributed as dist
-
-        if not dist.is_available() or not dist.is_initialized():
-            return None
-        return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
-    except Exception:  # noqa: BLE001 - a torch without the number, or a group already torn down: nothing to count
-        return None
-
-
-def count_issued(final: dict) -> None:
-    """Read :func:`issued_on_default_group` into ``final["issued"]`` just before the script destroys the default group,
-    which a script does last, and after which the number is gone."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return
-    destroy = getattr(dist, "destroy_process_group", None)
-    if destroy is None:
-        return
-
-    @functools.wraps(destroy)
-    def destroying(group=None, *args, **kwargs):
-        if group is None:
-            final["issued"] = issued_on_default_group()
-        return destroy(group, *args, **kwargs)
-
-    dist.destroy_process_group = destroying
-
-
 def main(folder: str) -> int:
     mine = rank_folder(folder)
     spec_path = os.path.join(mine, "spec.json")
@@ -152,16 +119,15 @@ def main(folder: str) -> int:
     use_the_ranks_gpu(spec)
     counts: dict[str, int] = {}
     count_collectives(counts)
-    final: dict = {}
-    count_issued(final)
+    kept: dict = {}
+    collectives.keep_counting(kept)
     with open(os.path.join(mine, "pid"), "w", encoding="utf-8") as f:
         f.write(str(os.getpid()))  # last: the watcher signals a rank only once it can answer
     try:
         return child.main(spec_path)
     finally:
-        issued = issued_on_default_group()  # the group still up: the script ended without destroying it
         with open(os.path.join(mine, "collectives.json"), "w", encoding="utf-8") as f:
-            json.dump({"calls": counts, "issued": final.get("issued") if issued is None else issued}, f)
+            json.dump({"calls": counts, "issued": collectives.at_end(kept)}, f)
 
 
 if __name__ == "__main__":
