@@ -106,6 +106,13 @@ FINDINGS: tuple[Finding, ...] = (
         "from. Allocate what lives long early and in one piece (a preallocated buffer filled slice by slice).",
     ),
     Finding(
+        "graph-pools",
+        "CUDA graphs replay at the addresses they recorded, so their private pool keeps that memory for as long as "
+        'the graphs live, and torch.compile(mode="reduce-overhead") records a graph for every input shape it sees. '
+        "Give the compiled code few shapes (pad to a few bucket sizes and mask the padding out), or compile without "
+        "CUDA graphs where the shapes vary.",
+    ),
+    Finding(
         "graph-leak",
         "These tensors still carry the autograd graph of a forward pass that never ran backward, so every "
         "activation that graph saved stays on the device. Run that code under torch.no_grad() (or "

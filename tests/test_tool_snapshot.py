@@ -100,7 +100,7 @@ class Builder:
         entry["device_free" if action == "oom" else "addr"] = extra.get("device_free", addr)
         self.trace.append(entry)
 
-    def segment(self, blocks: list[dict], pool="large"):
+    def segment(self, blocks: list[dict], pool="large", pool_id=(0, 0)):
         address = self.next_address
         total = sum(b["size"] for b in blocks)
         self.next_address += total + 64 * MIB
@@ -125,7 +125,7 @@ class Builder:
                 "requested_size": sum(b["requested_size"] for b in blocks if b["state"] != "inactive"),
                 "stream": 0,
                 "segment_type": pool,
-                "segment_pool_id": (0, 0),
+                "segment_pool_id": pool_id,
                 "is_expandable": False,
                 "frames": [],
                 "blocks": blocks,
@@ -281,6 +281,40 @@ def test_stranded_memory_is_fragmentation_even_when_the_request_exceeds_all_free
     # the same memory without an OOM, under a budget it barely uses, is not worth a verdict
     assert analysis.analyze(snap, budget_bytes=8 << 30)["kind"] == "none"
     assert analysis.analyze(snap)["kind"] == "fragmentation"
+
+
+def graph_pools(script: Path) -> dict:
+    """A compiled model's CUDA graphs, one per input length, in their private pool: most of reserved, much of it free.
+
+    Each recording kept its outputs (live) and the room its intermediates took (free, but the graph's); the
+    allocator's own pool holds the weights and a segment with a free 96 MiB block.
+    """
+    b = Builder()
+    b.segment([block(256 * MIB, stack=frames(script, ENCODER_LINE))])  # weights and optimizer state
+    b.segment([block(32 * MIB, stack=frames(script, X_LINE)), block(96 * MIB, "inactive")])
+    for length in range(1, 9):  # a larger recording for every new length
+        b.segment([block(8 * MIB * length), block(40 * MIB * length, "inactive")], pool_id=(1, 0))
+    b.event("oom", 120 * MIB, device_free=10 * MIB)
+    return b.snapshot()
+
+
+def test_memory_of_cuda_graphs_is_named_as_the_graphs_pool_not_as_fragmentation(train_py):
+    r = analysis.analyze(graph_pools(train_py), script=str(train_py))
+    t = r["totals"]
+    assert t["private_pools"] == 1 and t["in_private_pools"] == 48 * MIB * 36 and t["free_in_private_pools"] == 40 * MIB * 36
+    assert r["kind"] == "graph-pools" and r["culprit_bytes"] == t["in_private_pools"]
+    assert r["headline"].startswith(
+        "OOM asking for 120.0 MiB while 1,728.0 MiB of 2,112.0 MiB reserved belongs to 1 private pool (1,440.0 MiB of it free)"
+    )
+    assert "empty_cache() does not release them" in r["headline"]
+    # The graphs' free blocks are no room for a request made outside them: only the allocator's own 96 MiB counts.
+    assert r["oom"]["free_in_pool"] == 96 * MIB and not r["oom"]["fits_in_a_free_block"]
+    assert any("not counted as free for the failed request" in note for note in r["notes"])
+    assert {tuple(s["private_pool"] or ()) for s in r["segments"]} == {(1, 0), ()}
+    # The same segments in the allocator's own pool are free space that live blocks strand: fragmentation.
+    for seg in (own := graph_pools(train_py))["segments"]:
+        seg["segment_pool_id"] = (0, 0)
+    assert analysis.analyze(own, script=str(train_py))["kind"] == "fragmentation"
 
 
 def test_request_sizes_from_the_oom_message():
@@ -828,6 +862,47 @@ GPU_DRIVER = textwrap.dedent(
         probe.finish(None, {})
     """
 )
+
+
+GRAPHS_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+    layer = torch.nn.Linear(1024, 1024, device="cuda")
+    graphs = []
+    with torch.no_grad():
+        for rows in range(256, 4096, 256):  # a CUDA graph recorded for every batch size, each in its own pool
+            x = torch.randn(rows, 1024, device="cuda")
+            layer(x)  # warm up before capturing, as torch.cuda.graph asks
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                y = layer(x).relu()
+            graphs.append((graph, x, y))
+    torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # more than the 1 GiB budget leaves
+    """
+)
+
+
+@pytest.mark.gpu
+def test_probe_names_the_pools_of_real_cuda_graphs(tmp_path):
+    script = tmp_path / "graphs.py"
+    script.write_text(GRAPHS_SCRIPT)
+    driver = tmp_path / "driver.py"
+    driver.write_text(GPU_DRIVER)
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(driver), str(script), str(tmp_path / "out")],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out" / "snapshot.json").read_text())
+    totals = result["totals"]
+    assert totals["private_pools"] == 15, totals  # torch.cuda.graph gives each capture a pool of its own
+    assert totals["in_private_pools"] > 0.5 * totals["reserved"]
+    assert result["kind"] == "graph-pools", result["headline"]
 
 
 @pytest.mark.gpu

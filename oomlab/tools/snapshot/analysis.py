@@ -53,6 +53,8 @@ MAX_LAYOUT_RUNS = 200  # runs of blocks listed per segment; the last one covers 
 STRANDED_SHARE = 0.2  # stranded free space worth calling fragmentation, as a share of reserved
 STRANDED_FLOOR = 32 * MIB  # ... and at least this much, so a few small-pool segments don't count
 
+DEFAULT_POOL = (0, 0)  # the segment_pool_id of the allocator's own pool; any other is a private pool
+
 LIVE, PENDING, FREE = "live", "pending", "free"
 MIXED = "mixed"  # a layout run that covers blocks of more than one state (see MAX_LAYOUT_RUNS)
 RESERVED_DELTA = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
@@ -351,10 +353,11 @@ def analyze(
     segments = [_segment_row(seg, script) for seg in snapshot["segments"]]
 
     reserved = sum(s["total"] for s in segments)
-    free_in_pool = {pool: sum(s["free"] for s in segments if s["pool"] == pool) for pool in ("small", "large")}
-    largest_in_pool = {
-        pool: max((s["largest_free"] for s in segments if s["pool"] == pool), default=0) for pool in ("small", "large")
-    }
+    # A request made outside a CUDA graph's capture (or a MemPool's context) cannot use a private pool's free blocks.
+    own = [s for s in segments if s["private_pool"] is None]
+    private = [s for s in segments if s["private_pool"] is not None]
+    free_in_pool = {pool: sum(s["free"] for s in own if s["pool"] == pool) for pool in ("small", "large")}
+    largest_in_pool = {pool: max((s["largest_free"] for s in own if s["pool"] == pool), default=0) for pool in ("small", "large")}
     totals = {
         "reserved": reserved,
         "allocated": sum(s["live"] for s in segments),
@@ -369,6 +372,9 @@ def analyze(
         "largest_free_block_large_pool": largest_in_pool["large"],
         "segments": len(segments),
         "segments_pinned": sum(1 for s in segments if s["pinned"]),
+        "private_pools": len({tuple(s["private_pool"]) for s in private}),
+        "in_private_pools": sum(s["total"] for s in private),
+        "free_in_private_pools": sum(s["free"] for s in private),
     }
 
     ooms = oom_events(snapshot)
@@ -391,6 +397,12 @@ def analyze(
             fits_in_a_free_block=largest_in_pool[pool] >= failed_request,
             free_would_cover=free_in_pool[pool] >= failed_request,
         )
+        if private:
+            notes.append(
+                f"{format_bytes(totals['free_in_private_pools'])} free in private pools is not counted as free for the "
+                "failed request: only what a CUDA graph records (or what runs inside the MemPool's context) is "
+                "allocated there."
+            )
         if oom["fits_in_a_free_block"]:
             notes.append(
                 "The snapshot now has a free block large enough for the failed request. It was taken after the "
@@ -469,9 +481,11 @@ def _segment_row(seg: dict, script: str | None) -> dict:
                 tail_states.add(state)
         offset += size
     pinned = live_blocks > 0 and free > 0
+    pool_id = tuple(seg.get("segment_pool_id") or DEFAULT_POOL)
     row = {
         "address": int(seg["address"]),
         "pool": seg["segment_type"],
+        "private_pool": None if pool_id == DEFAULT_POOL else list(pool_id),
         "stream": seg["stream"],
         "expandable": bool(seg.get("is_expandable", False)),
         "total": int(seg["total_size"]),
@@ -644,9 +658,30 @@ def downsample(points, count: int, limit: int) -> tuple[list, list, list, list]:
 # --------------------------------------------------------------------------- the verdict
 
 
+def _graph_pools(totals: dict, request: int | None) -> dict:
+    """The verdict where private pools hold much of what is reserved (see :func:`verdict`)."""
+    private, reserved, pools = totals["in_private_pools"], totals["reserved"], totals["private_pools"]
+    if request is not None:
+        lead = f"OOM asking for {format_bytes(request)} while {format_bytes(private)} of {format_bytes(reserved)} reserved"
+    else:
+        lead = f"No OOM, but {format_bytes(private)} ({100 * private / reserved:.0f}% of {format_bytes(reserved)} reserved)"
+    headline = (
+        f"{lead} belongs to {pools} private pool{'s' if pools != 1 else ''} "
+        f"({format_bytes(totals['free_in_private_pools'])} of it free): the memory of CUDA graphs "
+        '(torch.compile(mode="reduce-overhead"), torch.cuda.graph) or of a torch.cuda.MemPool. A graph replays at '
+        "the addresses it recorded, so its pool keeps them while the graph lives: no other allocation can use them, "
+        "and empty_cache() does not release them."
+    )
+    return {"kind": "graph-pools", "headline": headline, "culprit_bytes": int(private)}
+
+
 def verdict(totals: dict, oom: dict, groups: list, owners: list, budget: int | None) -> dict:
     """``kind``, ``headline`` and ``culprit_bytes``.
 
+    graph-pools: the run failed (or reserved is high) and private pools hold
+    at least 20% of reserved (and at least 32 MiB, or 5% of the budget): the
+    memory of CUDA graphs, or of a torch.cuda.MemPool, which no other
+    allocation can use and empty_cache() does not release while they live.
     fragmentation: the run failed (or reserved is high) and free space is
     stranded: the request would have fitted in the free bytes but not in any one
     free block, or non-releasable bytes are at least 20% of reserved (and at
@@ -657,11 +692,14 @@ def verdict(totals: dict, oom: dict, groups: list, owners: list, budget: int | N
     reserved, stranded = totals["reserved"], totals["non_releasable"]
     floor = 0.05 * budget if budget else STRANDED_FLOOR
     stranded_much = reserved > 0 and stranded >= max(STRANDED_SHARE * reserved, floor)
+    private_much = reserved > 0 and totals.get("in_private_pools", 0) >= max(STRANDED_SHARE * reserved, floor)
+    high = budget is None or reserved >= 0.5 * budget
+    if private_much and (request is not None or high):
+        return _graph_pools(totals, request)
     if request is not None:
         split = oom["free_would_cover"] and not oom["fits_in_a_free_block"]
         kind = "fragmentation" if split or stranded_much else "live-memory"
     else:
-        high = budget is None or reserved >= 0.5 * budget
         kind = "fragmentation" if stranded_much and high else "none"
 
     if kind == "fragmentation":
