@@ -882,10 +882,10 @@ GRAPHS_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.gpu
-def test_probe_names_the_pools_of_real_cuda_graphs(tmp_path):
-    script = tmp_path / "graphs.py"
-    script.write_text(GRAPHS_SCRIPT)
+def probed_on_the_gpu(tmp_path: Path, name: str, source: str) -> dict:
+    """The probe's result for ``source`` run as ``name`` on the GPU under a 1 GiB budget (GPU_DRIVER)."""
+    script = tmp_path / name
+    script.write_text(source)
     driver = tmp_path / "driver.py"
     driver.write_text(GPU_DRIVER)
     repo = Path(__file__).resolve().parents[1]
@@ -898,7 +898,12 @@ def test_probe_names_the_pools_of_real_cuda_graphs(tmp_path):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    result = json.loads((tmp_path / "out" / "snapshot.json").read_text())
+    return json.loads((tmp_path / "out" / "snapshot.json").read_text())
+
+
+@pytest.mark.gpu
+def test_probe_names_the_pools_of_real_cuda_graphs(tmp_path):
+    result = probed_on_the_gpu(tmp_path, "graphs.py", GRAPHS_SCRIPT)
     totals = result["totals"]
     assert totals["private_pools"] == 15, totals  # torch.cuda.graph gives each capture a pool of its own
     assert totals["in_private_pools"] > 0.5 * totals["reserved"]
@@ -907,21 +912,7 @@ def test_probe_names_the_pools_of_real_cuda_graphs(tmp_path):
 
 @pytest.mark.gpu
 def test_probe_on_a_real_oom(tmp_path):
-    script = tmp_path / "frag.py"
-    script.write_text(GPU_SCRIPT)
-    driver = tmp_path / "driver.py"
-    driver.write_text(GPU_DRIVER)
-    repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, str(driver), str(script), str(tmp_path / "out")],
-        cwd=repo,
-        env={**__import__("os").environ, "PYTHONPATH": str(repo)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads((tmp_path / "out" / "snapshot.json").read_text())
+    result = probed_on_the_gpu(tmp_path, "frag.py", GPU_SCRIPT)
     assert (tmp_path / "out" / "snapshot.pickle").read_bytes()[:2] == b"\x80\x04"
     stats = result["allocator_stats"]
     assert result["totals"]["reserved"] == stats["reserved"]
