@@ -296,6 +296,93 @@ def test_the_doctor_says_which_torchrun_jobs_this_machine_runs():
     assert distributed_row(fake(2, gloo=False, nccl=False))[0] == "warn"
 
 
+# What torchrun prints when a rank was killed (torch 2.13): every failed rank, the first observed under "Root Cause".
+TORCHRUN_SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+train.py FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-05_08:36:24
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 19732)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 19732
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_08:36:24
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 19733)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 19733
+=======================================================
+"""
+
+
+def test_each_failed_ranks_exit_status_is_read_from_torchruns_summary():
+    from oomlab.measure.ranks import exit_codes
+
+    assert exit_codes(TORCHRUN_SUMMARY) == {0: -15, 1: -6}
+    assert exit_codes("the job finished") == {}
+
+
+def test_a_rank_killed_by_a_signal_fails_first_and_the_ranks_torchrun_stopped_are_its_consequence():
+    killed = "the process was killed by signal {} before the harness could measure it"
+    rows = [
+        row(0, "crashed", ended_s=3.3, signal="SIGTERM", message=killed.format(15)),
+        row(1, "crashed", ended_s=3.3, signal="SIGKILL", message=killed.format(9)),  # seen gone in the same tick
+    ]
+    result = across(rows, "hunt")
+    assert result["first_failure"] == 1
+    aborted = across([row(0, "crashed", ended_s=3.4, signal="SIGTERM"), row(1, "crashed", ended_s=3.3, signal="SIGABRT",
+        stderr="terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+        "pair.cc:456] Received data size doesn't match expected size. Is there a distributed collective mismatch in "
+        "your code?\n")], "hunt")  # fmt: skip
+    assert aborted["hints"][0].endswith("Is there a distributed collective mismatch in your code?"), aborted["hints"]
+    assert result["headline"].startswith("rank 1 was killed by SIGKILL first, after 3.3 s; rank 0 was stopped by torchrun")
+    assert result["ranks"][0]["why"].startswith("was stopped by torchrun (SIGTERM), 0.0 s after rank 1 failed")
+    assert any(h.startswith("rank 1 was killed by SIGKILL: no Python error can say why") for h in result["hints"])
+
+
+def test_the_rank_that_caught_an_oom_and_skipped_its_collectives_is_read_first():
+    rows = [
+        row(0, "error", where="train.py:33", error_type="RuntimeError", ended_s=4.2, message="Connection closed by peer",
+            collectives={"all_reduce": 21}, ooms=0),
+        row(1, ended_s=3.3, collectives={"all_reduce": 20}, ooms=1),
+    ]  # fmt: skip
+    result = across(rows, "hunt")
+    assert result["first_failure"] == 0 and result["out_of_step"] == 1
+    assert result["headline"].startswith(
+        "rank 1 fell out of step: it made fewer collective calls than the others (all_reduce: rank 0 21, rank 1 20) "
+        "after it caught 1 out-of-memory error, and finished; rank 0 failed (RuntimeError) at train.py:33 first, after "
+        "4.2 s in a collective, waiting for a call rank 1 never made"
+    ), result["headline"]
+    from oomlab.tools.ranks.present import focus
+
+    assert focus(result) == 1
+    # A rank that caught an OOM and still made every call it should is only said to have caught it.
+    alike = across([row(0, ooms=0), row(1, ooms=2)], "hunt")
+    assert alike["out_of_step"] is None and alike["ranks"][1]["why"] == "finished; caught 2 out-of-memory errors"
+
+
+def test_a_leak_every_rank_has_differs_by_how_much_it_holds_on_each_and_a_hooks_list_is_named_by_its_path():
+    bank = {"culprit": "global 'feature_bank'", "kind": "container-leak"}
+    rows = [row(0, culprit_bytes=128 * MIB, **bank), row(1, "oom", ended_s=4.0, culprit_bytes=240 * MIB, **bank)]
+    result = across(rows, "hunt")
+    assert [d["text"] for d in result["differences"]] == [
+        "global 'feature_bank': rank 1 240.0 MiB, rank 0 128.0 MiB (+112.0 MiB)"
+    ]
+    assert "their memory is alike" not in result["headline"]
+    path = "model.2._forward_hooks[4].__closure__['seen'][0]"
+    hooked = {"culprit": "global 'model'", "culprit_bytes": 96 * MIB, "kind": "container-leak", "culprit_path": path}
+    result = across([row(0, "oom", ended_s=4.0, **hooked), row(1)], "hunt")
+    assert [d["text"] for d in result["differences"]] == [f"only rank 0: global 'model' (96.0 MiB), held at {path}"]
+
+
 # -- a real job of two gloo ranks on the CPU --------------------------------------------------------------------------
 
 torch = pytest.importorskip("torch")
@@ -359,6 +446,42 @@ def test_every_rank_is_hunted_and_the_rank_that_failed_first_is_named(tmp_path, 
         run_and_show_ranks("hunt", target, None, result)
     said = " ".join(shown.get().split())
     assert "rank 1 of 2" in said and "first, after" in said and f"Read rank 1 first: {out / 'rank1'}" in said
+
+
+KILLED = """
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+if dist.get_rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer ends a process
+dist.all_reduce(t)
+"""
+
+
+@needs_gloo
+def test_a_rank_killed_by_a_signal_is_named_with_its_signal_though_no_rank_could_report(tmp_path):
+    from oomlab.tools.run import resolve, run_tool_on_ranks
+
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(KILLED).lstrip(), encoding="utf-8")
+    target = resolve(["torchrun", "--nproc-per-node", "2", str(script)])
+    out = tmp_path / "out"
+    with pytest.raises(OomLabError) as raised:
+        run_tool_on_ranks(target, "hunt", out, {"device": "cpu", "min_bytes": 1024}, require_cuda=False)
+    said = " ".join(f"{raised.value.what} {raised.value.todo}".split())
+    assert "Rank 1 was killed by SIGKILL first" in said and "out-of-memory killer" in said, said
+    assert "memory is alike" not in said  # no rank left a figure to compare
+    view = json.loads((out / "ranks.json").read_text())
+    killed, other = view["ranks"][1], view["ranks"][0]
+    assert view["first_failure"] == 1 and (killed["returncode"], killed["signal"]) == (-9, "SIGKILL")
+    # Rank 0 saw its peer's connection close, or torchrun stopped it: either way after rank 1, and because of it.
+    assert other["ended_s"] >= killed["ended_s"] and other["why"] != "failed first", other
 
 
 @needs_gloo
@@ -436,7 +559,7 @@ def test_diagnose_on_a_torchrun_job_gives_each_rank_its_verdict(tmp_path, monkey
     verdict = json.loads((tmp_path / "out" / "diagnose.json").read_text())
     assert verdict["ranks"]["1"]["fix_first"] == "container-leak" and verdict["ranks"]["1"]["found_by"] == "hunt"
     assert verdict["ranks"]["0"]["fix_first"] is None
-    assert verdict["across"] == "all 2 ranks finished; their memory is alike."
+    assert verdict["across"] == "all 2 ranks finished."  # the fake ranks left no figures to call alike
 
 
 def test_the_table_names_each_ranks_holder_in_a_few_words_where_its_sentence_would_fill_the_screen():
@@ -483,7 +606,15 @@ def test_collectives_torch_issued_itself_desynchronise_a_job_whose_script_calls_
         "issued": {0: 43, 1: 40},
         "text": "in all, torch's own calls included: rank 0 43, rank 1 40",
     }
-    assert "different collective calls (in all, torch's own calls included: rank 0 43, rank 1 40)" in result["headline"]
+    # Rank 0 failed first, in a collective: it waited for a call rank 1, which made fewer and finished, never made.
+    # The rank to read is rank 1.
+    assert result["first_failure"] == 0 and result["out_of_step"] == 1
+    assert result["headline"].startswith(
+        "rank 1 fell out of step: it made fewer collective calls than the others (in all, torch's own calls included: "
+        "rank 0 43, rank 1 40), and finished; rank 0 failed (error) at train.py:30 first, after 9.5 s in a "
+        "collective, waiting for a call rank 1 never made"
+    ), result["headline"]
+    assert "wait at different calls" not in result["headline"]  # neither was left waiting
     from rich.console import Console
 
     from oomlab.tools.ranks.present import render

@@ -11,7 +11,9 @@ While the job runs, this process watches it, every :data:`TICK_S`:
 
 - **the driver** (NVML): each rank's bytes on the GPUs, by the pid its worker wrote, kept at their
   peak. The driver counts what the allocator does not: the CUDA context and NCCL's buffers;
-- **each rank's end**, in the order they come: the moment its result appears;
+- **each rank's end**, in the order they come: the moment its result appears, or the moment its
+  process is gone without one (a signal: the kernel's OOM killer, an abort, torchrun stopping the
+  others once one failed), with the exit status torchrun's summary gives each rank that failed;
 - **the ranks left waiting.** When one rank fails, the others usually wait for it in their next
   collective: NCCL waits out its timeout (ten minutes by default), gloo sees the peer's connection
   close, or not, if the peer's process lives on. :data:`GRACE_S` after the first failure, every
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,13 +46,16 @@ from oomlab.course.state import read_json_object
 from oomlab.measure.harness import Measurement, _tail, child_env, collect
 from oomlab.measure.witness import Driver
 
-__all__ = ["ENDED_GRACE_S", "GRACE_S", "RankRun", "launch", "stop_at"]
+__all__ = ["ENDED_GRACE_S", "GONE", "GRACE_S", "RankRun", "exit_codes", "launch", "stop_at"]
 
 RANK_CHILD = Path(__file__).with_name("rank_child.py")
 TICK_S = 0.1
 GRACE_S = 10.0  # how long the others may go on after a rank failed, before they are asked where they wait
 ENDED_GRACE_S = 60.0  # how long the others may go on after a rank finished
 STOP_S = 5.0  # how long an interrupted rank has to write its result, before the job is killed
+GONE = "gone"  # a rank whose process ended without writing its result
+# A failed rank in the summary torchrun prints when a job fails: "rank : 1 (local_rank: 1)", then "exitcode : -9 (pid: ...)"
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
 @dataclass
@@ -64,6 +70,7 @@ class RankRun:
     # ENDED_GRACE_S after one finished, or at the time limit): asked for its threads' stacks and interrupted
     stacks: str = ""  # its threads' stacks, as faulthandler wrote them when it was asked
     driver_peak_bytes: int | None = None  # the most the driver counted for its process, on every GPU
+    returncode: int | None = None  # its own exit status, where torchrun's summary gave it (a signal: negative)
     collectives: dict | None = None  # the script's torch.distributed calls by name; None if the rank never said
     issued: int | None = None  # every collective it issued on the default group, torch's own included; None if unknown
 
@@ -141,8 +148,37 @@ def launch(
             )
             job = watch.run(proc)
         job["launcher"] = _tail(tmp / "launcher.txt", 12)
+        with contextlib.suppress(OSError):
+            job["exit_codes"] = exit_codes((tmp / "launcher.txt").read_text(encoding="utf-8", errors="replace"))
         runs = [watch.rank_run(rank, script, budget_bytes, job) for rank in range(nproc)]
     return runs, job
+
+
+def exit_codes(launcher: str) -> dict[int, int]:
+    """Each failed rank's exit status, from the summary torchrun prints when a job fails (a signal is negative).
+
+    torchrun exits with one code for the whole job; its summary lists every rank that failed, the
+    first observed among them under "Root Cause", as ``rank : 1 (local_rank: 1)`` followed by
+    ``exitcode : -9 (pid: 4321)``.
+    """
+    return {int(rank): int(code) for rank, code in _FAILED_RANK.findall(launcher)}
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has ended: it is no longer there, or it is a zombie its parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here: ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
 
 
 def stop_at(ended: dict[int, tuple[float, str]], grace_s: float, ended_grace_s: float = ENDED_GRACE_S) -> float | None:
@@ -214,6 +250,10 @@ class Watch:
                 result = read_json_object(folder / "result.json")  # None: not written yet, or half written
                 if result is not None:
                     self.ended[rank] = (round(now, 3), str(result.get("status", "")))
+                elif rank in self.pids and _gone(self.pids[rank]):
+                    # Ended without a result (killed by a signal), unless it wrote one just before it went.
+                    result = read_json_object(folder / "result.json")
+                    self.ended[rank] = (round(now, 3), str(result.get("status", "")) if result is not None else GONE)
 
     def _sample(self) -> None:
         used = self.driver.sample()
@@ -235,10 +275,11 @@ class Watch:
     def rank_run(self, rank: int, script: Path, budget_bytes: int | None, job: dict) -> RankRun:
         folder = self.tmp / f"rank{rank}"
         ended = self.ended.get(rank)
+        returncode = (job.get("exit_codes") or {}).get(rank)
         if ended is None and job["timed_out"]:
             end = {"timed_out": True}
-        else:
-            end = {"returncode": job["returncode"]}
+        else:  # the rank's own exit status where torchrun gave it; the job's for a rank it did not list
+            end = {"returncode": job["returncode"] if returncode is None else returncode}
         result = collect(folder, end, self.time_limit_s)
         m = Measurement.from_json({**result, "script": str(script), "budget_bytes": budget_bytes})
         counted = read_json_object(folder / "collectives.json") or {}
@@ -251,6 +292,7 @@ class Watch:
             stopped_s=self.stopped.get(rank),
             stacks=_tail(folder / "stacks.txt", 200),
             driver_peak_bytes=self.peak.get(rank),
+            returncode=returncode,
             collectives=calls if isinstance(calls, dict) else None,
             issued=issued if isinstance(issued, int) and not isinstance(issued, bool) else None,
         )

@@ -395,13 +395,16 @@ def run_tool_on_ranks(
         remove_empty_folders(made)
     for row in result["ranks"]:
         _refuse_a_machine_problem(Measurement(script=str(target.script), status=row["status"], message=row["message"]), target)
-    if not result["reports"]:
-        launcher = result["job"].get("launcher", "").strip().splitlines()
-        said = first_line(launcher[-1]) if launcher else ""
-        ended = "; ".join(f"rank {r['rank']}: {r['ending']} {r['message']}".strip() for r in result["ranks"])
+    if not result["reports"]:  # no rank's probe could report: what the job's end says is all there is
+        hints = " ".join(f"{hint[0].upper()}{hint[1:]}." for hint in result.get("hints") or [])
+        # The launcher's last words, past its rules of ===== and -----: why it stopped when no rank could start.
+        launcher = [line for line in result["job"].get("launcher", "").splitlines() if line.strip(" =-")]
+        said = f" (torchrun said: {first_line(launcher[-1])})" if launcher else ""
         raise OomLabError(
-            f"{tool} could not analyze the torchrun job of {target.script.name}: {ended}"
-            + (f" (torchrun said: {said})" if said else ""),
-            f"Run it as `torchrun --nproc-per-node {target.ranks} {target.script.name}` to see why, fix it, then try again.",
+            f"{tool} could not analyze the torchrun job of {target.script.name}: no rank's probe wrote its report. "
+            f"{result['headline'][0].upper()}{result['headline'][1:]}{said}",
+            (hints + " " if hints else "")
+            + f"Run it as `torchrun --nproc-per-node {target.ranks} {target.script.name}` to see each rank's output, "
+            f"fix it, then try again. Each rank's end is in {Path(result['out_dir']) / 'ranks.json'}.",
         )
     return result

@@ -10,6 +10,7 @@ side (:mod:`~oomlab.tools.ranks.analysis`) into ``OUT/ranks.json``;
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from oomlab.course.state import read_json_object, write_atomic
@@ -18,7 +19,7 @@ from oomlab.oom import first_line
 from oomlab.tools.base import run_summary
 from oomlab.tools.ranks.analysis import COLUMNS, across, where_waiting
 
-__all__ = ["HOLDERS_COMPARED", "largest_holders", "rank_row", "run_ranks"]
+__all__ = ["HOLDERS_COMPARED", "largest_holders", "rank_row", "run_ranks", "signal_name"]
 
 HOLDERS_COMPARED = 10  # each rank's largest holders set side by side
 
@@ -39,7 +40,10 @@ def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
         "stopped_s": run.stopped_s,
         "waiting": where_waiting(run.stacks, script) if run.stacks else None,
         "wall_s": m.wall_s,
+        "returncode": run.returncode,
+        "signal": signal_name(run.returncode),
         **{key: stats.get(key) for key, _ in COLUMNS if key in stats},
+        "ooms": stats.get("ooms"),  # out-of-memory errors raised in the rank, the ones it caught included
         "driver_peak": run.driver_peak_bytes,
         "collectives": run.collectives,
         "issued": run.issued,
@@ -47,10 +51,20 @@ def rank_row(run: RankRun, script: str, finding: dict | None) -> dict:
         "stderr": m.stderr,
     }
     if finding:
-        row.update({k: finding.get(k) for k in ("kind", "headline", "culprit", "culprit_bytes", "error")})
+        row.update({k: finding.get(k) for k in ("kind", "headline", "culprit", "culprit_bytes", "culprit_path", "error")})
         if isinstance(finding.get("holders"), list):  # the hunt's
             row["holders"] = largest_holders(finding["holders"])
     return row
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """``SIGKILL`` for an exit status of -9: the signal that ended a process, where one did."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def largest_holders(holders: list[dict]) -> dict[str, int]:

@@ -34,7 +34,9 @@ __all__ = [
     "collective_mismatch",
     "in_flight_when_it_died",
     "is_collective_error",
+    "held_at",
     "needs_launcher",
+    "out_of_step",
     "where_waiting",
 ]
 
@@ -63,6 +65,15 @@ _COLLECTIVE = re.compile(
     r"DistBackendError|DistNetworkError|DistStoreError|gloo",
     re.I,
 )
+# Why a rank may have been killed by a signal, with no Python error to say so.
+SIGNAL_HINTS = {
+    "SIGKILL": "no Python error can say why. The kernel's out-of-memory killer ends a process so when the host runs out "
+    "of memory (`dmesg` names it), as does `kill -9`; a rank whose host memory grows (a cache, a DataLoader's workers) "
+    "is the one to look at",
+    "SIGABRT": "a C++ error ended it: the last lines of its output say which (gloo on a collective mismatch, NCCL's "
+    "watchdog after its timeout, a CUDA error)",
+    "SIGSEGV": "a crash in native code: the last lines of its output, and `faulthandler`, say where",
+}
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)", re.I)
 _FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (\S+)')
 
@@ -133,6 +144,8 @@ def _ending(row: dict) -> str:
         return "finished"
     if row["status"] == UNREPORTED:
         return "wrote no OOM report"
+    if row.get("signal"):  # ended by a signal, with no Python error to say where
+        return f"was killed by {row['signal']}"
     where = f" at {row['where']}" if row.get("where") else ""
     what = "ran out of memory" if row["status"] == "oom" else f"failed ({row.get('error_type') or row['status']})"
     return f"{what}{where}"
@@ -148,9 +161,13 @@ def _waiting(row: dict) -> str:
 
 
 def _earliest(rows: list[dict], finished: bool) -> dict | None:
-    """The rank that ended first on its own (not stopped), among those that finished, or those that failed."""
+    """The rank that ended first on its own (not stopped), among those that finished, or those that failed.
+
+    A rank torchrun ended (SIGTERM, sent to every other rank once one fails) comes after one that
+    ended at the same moment on its own: the watcher sees the ranks' ends a tick at a time.
+    """
     ended = [r for r in rows if (r["status"] == "ok") == finished and not r.get("stopped") and r.get("ended_s") is not None]
-    return min(ended, key=lambda r: (r["ended_s"], r["rank"])) if ended else None
+    return min(ended, key=lambda r: (r["ended_s"], r.get("signal") == "SIGTERM", r["rank"])) if ended else None
 
 
 def _after(seconds: float, other: dict) -> str:
@@ -169,6 +186,10 @@ def _why_stopped(row: dict, first: dict | None, finished: dict | None) -> str:
         return f"{_waiting(row)}: stopped{after}"
     if row["status"] == "ok":
         return "finished"
+    if row.get("signal") == "SIGTERM" and first is not None and row.get("ended_s") is not None:
+        return (
+            f"was stopped by torchrun (SIGTERM), {_after(row['ended_s'], first)} failed: it ends the other ranks once one fails"
+        )
     if first is not None and is_collective_error(row):
         return f"{_ending(row)} in a collective, {_after(row['ended_s'], first)}: its peer was gone"
     if row["status"] == "timeout":
@@ -205,24 +226,38 @@ def _differences(rows: list[dict], tool: str) -> list[dict]:
     for name in sorted({name for r in compared for name in r["holders"]} - culprits):
         held = {r["rank"]: int(r["holders"].get(name, 0)) for r in compared}
         found.append(_spread("holder", "what holds memory", held, name))
-    found = [d for d in found if d is not None]
-    findings: dict[str, list[int]] = {}
+    findings: dict[str, list[dict]] = {}
     for r in rows:
         if r.get("culprit"):
-            findings.setdefault(r["culprit"], []).append(r["rank"])
-    for culprit, ranks in findings.items():
-        if len(ranks) < len(rows):
-            held = max(r.get("culprit_bytes") or 0 for r in rows if r["rank"] in ranks)
-            found.append(
-                {
-                    "figure": "culprit",
-                    "label": f"what the {tool or 'tool'} found",
-                    "by_rank": {r: culprit for r in ranks},
-                    "spread_bytes": held,
-                    "text": f"only {_ranks(ranks)}: {culprit} ({format_bytes(held)})",
-                }
-            )
-    return found
+            findings.setdefault(r["culprit"], []).append(r)
+    label = f"what the {tool or 'tool'} found"
+    for culprit, having in findings.items():
+        if len(having) == len(rows):  # every rank found it: it differs by how much it holds on each, if at all
+            found.append(_spread("culprit", label, {r["rank"]: int(r.get("culprit_bytes") or 0) for r in having}, culprit))
+            continue
+        top = max(having, key=lambda r: r.get("culprit_bytes") or 0)
+        held = top.get("culprit_bytes") or 0
+        found.append(
+            {
+                "figure": "culprit",
+                "label": label,
+                "by_rank": {r["rank"]: culprit for r in having},
+                "spread_bytes": held,
+                "text": f"only {_ranks([r['rank'] for r in having])}: {culprit} ({format_bytes(held)}){held_at(top)}",
+            }
+        )
+    return [d for d in found if d is not None]
+
+
+def held_at(row: dict) -> str:
+    """``, held at model.2._forward_hooks[4].__closure__['seen']``: where in its culprit a rank's finding lies, when
+    the path says more than the culprit's name (a hook's closure inside a model, a list inside a tracker)."""
+    path = str(row.get("culprit_path") or "")
+    name = str(row.get("culprit") or "").split("'")[1:2]
+    first = re.split(r"[.\[ ]", path, maxsplit=1)[0]
+    if not path or not name or path == name[0] or "." not in path and "[" not in path or first != name[0]:
+        return ""
+    return f", held at {path if len(path) <= 90 else path[:89] + '…'}"
 
 
 def collective_mismatch(rows: list[dict]) -> dict | None:
@@ -276,6 +311,51 @@ def in_flight_when_it_died(rows: list[dict], first: dict | None) -> bool:
     return True
 
 
+def out_of_step(rows: list[dict], first: dict | None, mismatch: dict | None) -> dict | None:
+    """The rank that fell out of step, where the first rank to fail only waited for it; None where none did.
+
+    A rank that catches an error (an OOM) and skips its step skips that step's collectives too: it
+    goes on, one call short, and often finishes first, while a peer fails in a collective no one
+    will make (its peer's connection closed, or its timeout). That peer failed first, but the rank
+    to read is the one that made fewer calls: the single rank with the fewest, counted in all
+    where the calls by name agree.
+    """
+    if mismatch is None or first is None or not is_collective_error(first):
+        return None
+    if mismatch.get("issued"):
+        counts = dict(mismatch["issued"])
+    else:
+        counts = {
+            r["rank"]: sum(int(n) for n in r["collectives"].values()) for r in rows if isinstance(r.get("collectives"), dict)
+        }
+    fewest = min(counts.values(), default=None)
+    short = [rank for rank, n in counts.items() if n == fewest]
+    if len(short) != 1 or short[0] == first["rank"]:
+        return None
+    return next(r for r in rows if r["rank"] == short[0])
+
+
+def _caught(row: dict) -> str:
+    """``caught 1 out-of-memory error``, for a rank whose allocator raised OOMs it did not die of (num_ooms)."""
+    ooms = row.get("ooms")
+    caught = (ooms or 0) - (row["status"] == "oom") if isinstance(ooms, int) else 0
+    return f"caught {caught} out-of-memory error{'s' if caught != 1 else ''}" if caught > 0 else ""
+
+
+def last_words(stderr: str, most: int = 240) -> str:
+    """The last line a rank wrote to its error output, at most ``most`` characters: what a C++ abort says (gloo's
+    "Is there a distributed collective mismatch in your code?", a CUDA error)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= most else "…" + lines[-1][-(most - 1) :]
+
+
+def compared(rows: list[dict]) -> bool:
+    """Whether the ranks left anything to set side by side: a figure of :data:`COLUMNS`, or the hunt's holders."""
+    return any(isinstance(r.get(key), int) for r in rows for key, _ in COLUMNS) or any(r.get("holders") for r in rows)
+
+
 def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
 
@@ -300,19 +380,30 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
     for row in rows:
         row["ending"] = _ending(row)
         row["why"] = "failed first" if row is first else _why_stopped(row, first, finished)
+        if row is not first and (caught := _caught(row)):
+            row["why"] += f"; {caught}"
     waits = {(r["waiting"]["call"], r["waiting"]["at"]) for r in rows if r.get("stopped") and r.get("waiting")}
     mismatch = None if in_flight_when_it_died(rows, first) else collective_mismatch(rows)
     desynchronised = len(waits) > 1 or mismatch is not None
+    origin = out_of_step(rows, first, mismatch)
     differences = _differences(rows, tool)
     parts = []
     silent = [r["rank"] for r in rows if r["status"] == UNREPORTED]
+    if origin is not None:
+        caught = _caught(origin)
+        parts.append(
+            f"rank {origin['rank']} fell out of step: it made fewer collective calls than the others "
+            f"({mismatch['text']}){f' after it {caught}' if caught else ''}, and {_why_stopped(origin, first, finished)}"
+        )
+        origin["why"] += "; out of step: it made fewer collective calls than the others"
     if first is not None:
         after = f", after {first['ended_s']:.1f} s" if from_start else ""  # else the times count from the first report
-        parts.append(f"rank {first['rank']} {_ending(first)} first{after}")
+        waited = f" in a collective, waiting for a call rank {origin['rank']} never made" if origin is not None else ""
+        parts.append(f"rank {first['rank']} {_ending(first)} first{after}{waited}")
         parts += [
             f"rank {r['rank']} {r['why']}"
             for r in rows
-            if r is not first and r["why"] != "finished" and r["status"] != UNREPORTED
+            if r is not first and r is not origin and r["why"] != "finished" and r["status"] != UNREPORTED
         ]
         if silent:
             parts.append(f"{_ranks(silent)} wrote no OOM report (no OOM, or stopped before writing)")
@@ -322,13 +413,13 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
         parts.append(f"all {len(rows)} ranks finished")
     else:
         parts += [f"rank {r['rank']} {r['ending']}" for r in rows if r["status"] != "ok"]
-    if mismatch:
+    if mismatch and origin is None:
         parts.append(f"the ranks made different collective calls ({mismatch['text']}): their collectives no longer pair up")
-    elif desynchronised:
+    elif len(waits) > 1:
         parts.append("the ranks wait at different calls: they no longer run the same collectives in the same order")
     if differences:
         parts.append("they differ in " + ", ".join(dict.fromkeys(d["label"] for d in differences)))
-    elif len(rows) > 1:
+    elif len(rows) > 1 and compared(rows):  # ranks killed before they reported have no figures to call alike
         parts.append("their memory is alike")
     hints = [
         f"rank {r['rank']} asked for a GPU this machine does not have: with NCCL every rank needs a GPU of its own; "
@@ -336,6 +427,11 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
         for r in rows
         if "invalid device ordinal" in str(r.get("message", "")).lower()
     ]
+    if first is not None and first.get("signal") in SIGNAL_HINTS:
+        hint = f"rank {first['rank']} was killed by {first['signal']}: {SIGNAL_HINTS[first['signal']]}"
+        if said := last_words(first.get("stderr") or ""):
+            hint += f". Its last words: {said}"
+        hints.append(hint)
     return {
         "tool": TOOL,
         "of": tool,
@@ -344,6 +440,7 @@ def across(rows: list[dict], tool: str = "", from_start: bool = True) -> dict:
         "kind": "failed" if first else ("hung" if any(r.get("stopped") for r in rows) else "finished"),
         "headline": "; ".join(parts) + ".",
         "first_failure": first["rank"] if first else None,
+        "out_of_step": origin["rank"] if origin is not None else None,
         "desynchronised": desynchronised,
         "collective_mismatch": mismatch,
         "differences": differences,

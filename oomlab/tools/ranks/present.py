@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomlab.tools.base import figure, pyplot, save_figure
-from oomlab.tools.ranks.analysis import TOOL
+from oomlab.tools.ranks.analysis import TOOL, held_at
 from oomlab.units import MIB, format_bytes
 
 __all__ = ["draw", "focus", "render"]
@@ -25,9 +25,11 @@ def measured(rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def focus(result: dict) -> int | None:
-    """The rank to read first: the first to fail; else the one with the largest peak reserved; else rank 0."""
-    if result.get("first_failure") is not None:
-        return result["first_failure"]
+    """The rank to read first: the one that fell out of step, where the first to fail only waited for it; the first to
+    fail; else the one with the largest peak reserved; else rank 0."""
+    for key in ("out_of_step", "first_failure"):
+        if result.get(key) is not None:
+            return result[key]
     ranks = result.get("ranks") or []
     if not ranks:
         return None
@@ -39,7 +41,8 @@ def finding(row: dict) -> str:
     sentence is the rank's own report, and the rank read first is shown in full above the table); else its headline."""
     if row.get("culprit"):
         size = f", {format_bytes(row['culprit_bytes'])}" if row.get("culprit_bytes") else ""
-        return f"{row['culprit']}{size} ({row.get('kind') or 'found'})"
+        kind = "held, not growing" if row.get("kind") == "held" else row.get("kind") or "found"
+        return f"{row['culprit']}{size}{held_at(row)} ({kind})"
     return row.get("headline") or row.get("error") or "no report"
 
 
