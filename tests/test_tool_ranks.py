@@ -369,6 +369,19 @@ def test_the_rank_that_caught_an_oom_and_skipped_its_collectives_is_read_first()
     assert alike["out_of_step"] is None and alike["ranks"][1]["why"] == "finished; caught 2 out-of-memory errors"
 
 
+def test_a_pipeline_whose_ranks_send_and_receive_is_not_out_of_step():
+    # Stage 0 sends its activations to stage 1, which receives them; both all-reduce a metric.
+    rows = [
+        row(0, collectives={"send": 6, "all_reduce": 6}, issued=12),
+        row(1, collectives={"recv": 6, "all_reduce": 6}, issued=12),
+        row(2, collectives={"recv": 6, "send": 6, "all_reduce": 6}, issued=18),  # a middle stage does both
+    ]
+    result = across(rows, "hunt")
+    assert not result["desynchronised"] and result["collective_mismatch"] is None, result["headline"]
+    rows[1]["collectives"]["all_reduce"] = 5  # but a collective every rank makes still counts
+    assert across(rows, "hunt")["collective_mismatch"]["by_name"] == {"all_reduce": {0: 6, 1: 5, 2: 6}}
+
+
 def test_a_leak_every_rank_has_differs_by_how_much_it_holds_on_each_and_a_hooks_list_is_named_by_its_path():
     bank = {"culprit": "global 'feature_bank'", "kind": "container-leak"}
     rows = [row(0, culprit_bytes=128 * MIB, **bank), row(1, "oom", ended_s=4.0, culprit_bytes=240 * MIB, **bank)]

@@ -28,6 +28,7 @@ from oomlab.units import MIB, format_bytes
 
 __all__ = [
     "COLUMNS",
+    "POINT_TO_POINT",
     "SPREAD_FLOOR",
     "SPREAD_SHARE",
     "across",
@@ -58,6 +59,8 @@ COLUMNS = (
 SPREAD_FLOOR = 64 * MIB
 SPREAD_SHARE = 0.10
 
+# Calls that pair one sender with one receiver: a pipeline's first stage only sends, its middle ones receive and send.
+POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
 # What a rank says when its collective failed because another rank was gone: gloo's closed pair, NCCL's watchdog
 # and its timeout, the process group's own errors.
 _COLLECTIVE = re.compile(
@@ -265,18 +268,21 @@ def collective_mismatch(rows: list[dict]) -> dict | None:
     rank issued in all where those differ and the calls by name do not (``issued``: ``{rank: n}``), and a sentence.
 
     The calls by name are the script's own; the number issued in all counts torch's too (DDP's reducer, FSDP's
-    hooks), which no name sees. Only ranks that said count; None when they all agree.
+    hooks), which no name sees. Only ranks that said count; None when they all agree. Point-to-point calls
+    (:data:`POINT_TO_POINT`) are not compared: the ranks of an honest pipeline make different numbers of them.
     """
     counted = [r for r in rows if isinstance(r.get("collectives"), dict)]
     differ = {}
     if len(counted) > 1:
-        for name in sorted(set().union(*(r["collectives"] for r in counted))):
+        for name in sorted(set().union(*(r["collectives"] for r in counted)) - POINT_TO_POINT):
             calls = {r["rank"]: int(r["collectives"].get(name, 0)) for r in counted}
             if len(set(calls.values())) > 1:
                 differ[name] = calls
     said = "; ".join(f"{name}: " + ", ".join(f"rank {rank} {n}" for rank, n in calls.items()) for name, calls in differ.items())
     issued = {r["rank"]: r["issued"] for r in rows if isinstance(r.get("issued"), int)}
-    if differ or len(issued) < 2 or len(set(issued.values())) == 1:
+    # The number issued in all counts point-to-point calls too: where the job makes any, it says nothing of step.
+    paired = any(r["collectives"].get(name) for r in counted for name in POINT_TO_POINT)
+    if differ or paired or len(issued) < 2 or len(set(issued.values())) == 1:
         issued = None
     else:
         said = "in all, torch's own calls included: " + ", ".join(f"rank {rank} {n}" for rank, n in issued.items())
