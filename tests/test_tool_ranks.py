@@ -380,6 +380,11 @@ def test_a_pipeline_whose_ranks_send_and_receive_is_not_out_of_step():
     assert not result["desynchronised"] and result["collective_mismatch"] is None, result["headline"]
     rows[1]["collectives"]["all_reduce"] = 5  # but a collective every rank makes still counts
     assert across(rows, "hunt")["collective_mismatch"]["by_name"] == {"all_reduce": {0: 6, 1: 5, 2: 6}}
+    # The middle stage skipped an all_reduce and the first stage failed waiting for it: the middle one fell out of
+    # step, though its sends and receives make it the rank with the most calls of all.
+    rows[1]["collectives"]["all_reduce"], rows[2]["collectives"]["all_reduce"] = 6, 5
+    rows[0].update(status="error", ended_s=4.0, message="Connection closed by peer")
+    assert across(rows, "hunt")["out_of_step"] == 2
 
 
 def test_a_leak_every_rank_has_differs_by_how_much_it_holds_on_each_and_a_hooks_list_is_named_by_its_path():

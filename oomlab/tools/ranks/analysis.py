@@ -323,17 +323,15 @@ def out_of_step(rows: list[dict], first: dict | None, mismatch: dict | None) -> 
     A rank that catches an error (an OOM) and skips its step skips that step's collectives too: it
     goes on, one call short, and often finishes first, while a peer fails in a collective no one
     will make (its peer's connection closed, or its timeout). That peer failed first, but the rank
-    to read is the one that made fewer calls: the single rank with the fewest, counted in all
-    where the calls by name agree.
+    to read is the one that made fewer calls: the single rank with the fewest of the calls the ranks
+    made different numbers of (:func:`collective_mismatch`), counted in all where the calls by name agree.
     """
     if mismatch is None or first is None or not is_collective_error(first):
         return None
-    if mismatch.get("issued"):
-        counts = dict(mismatch["issued"])
-    else:
-        counts = {
-            r["rank"]: sum(int(n) for n in r["collectives"].values()) for r in rows if isinstance(r.get("collectives"), dict)
-        }
+    counts = dict(mismatch["issued"] or {})
+    for calls in mismatch["by_name"].values():
+        for rank, n in calls.items():
+            counts[rank] = counts.get(rank, 0) + n
     fewest = min(counts.values(), default=None)
     short = [rank for rank, n in counts.items() if n == fewest]
     if len(short) != 1 or short[0] == first["rank"]:
