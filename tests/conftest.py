@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,15 @@ from oomlab.grading import pytest_plugin
 from oomlab.grading.pytest_plugin import pytest_configure  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
+
+# jsonschema, which nbformat and nbgrader import, imports rfc3987-syntax where it is installed (jupyter-events asks for
+# it), and rfc3987-syntax builds three Earley parsers from its grammar at import: 1.2 s of CPU in every process that
+# reads a notebook, each pytest worker and each nbgrader command the tests start (about ten a run). No schema these
+# processes validate has an IRI format, so the tests' processes go without: a package of that name on their path that
+# refuses to import, which jsonschema takes as the library being absent.
+WITHOUT_RFC3987 = Path(__file__).resolve().parent / "without_rfc3987"
+sys.path.insert(0, str(WITHOUT_RFC3987))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(WITHOUT_RFC3987), os.environ.get("PYTHONPATH"))))
 
 # An `oomlab check` a test runs on a GPU machine leaves no measuring server behind it for ten idle minutes
 # (oomlab.measure.keeper): tests/test_warm.py starts keepers itself, and stops them.
