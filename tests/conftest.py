@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 # reads a notebook, each pytest worker and each nbgrader command the tests start (about ten a run). No schema these
 # processes validate has an IRI format, so the tests' processes go without: a package of that name on their path that
 # refuses to import, which jsonschema takes as the library being absent.
-WITHOUT_RFC3987 = Path(__file__).resolve().parent / "without_rfc3987"
+WITHOUT_RFC3987 = REPO / "tests" / "without_rfc3987"
 sys.path.insert(0, str(WITHOUT_RFC3987))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(WITHOUT_RFC3987), os.environ.get("PYTHONPATH"))))
 

@@ -505,7 +505,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_its_signal_though_no_rank_could
     view = json.loads((out / "ranks.json").read_text())
     killed, other = view["ranks"][1], view["ranks"][0]
     assert view["first_failure"] == 1 and (killed["returncode"], killed["signal"]) == (-9, "SIGKILL")
-    # Rank 0 saw its peer's connection close, or torchrun stopped it: either way after rank 1, and because of it.
+    # Rank 0 killed itself once its collective failed, or torchrun stopped it first: either way after rank 1.
     assert other["ended_s"] >= killed["ended_s"] and other["why"] != "failed first", other
 
 
