@@ -167,6 +167,34 @@ def test_a_memory_check_earns_its_points_only_on_an_honest_run(class_folder, cap
     assert "Why it matters" in err.value._render_traceback_()[-1]
 
 
+def test_a_run_the_sandbox_stopped_is_not_graded_and_says_what_it_reached_for(class_folder, monkeypatch):
+    """A run that ended reaching for what grading hides is a failed run with one check, ``sandbox``: every graded cell
+    told the student the notebook "has no check 'no_oom'" and to rebuild the course, and the autograde report gave no
+    reason at all (sandbox is none of the exercise's checks). It did not run to its end, as a crash did not, and both
+    now say so, and what it reached for."""
+    from oomlab.classroom import classgrade, measured
+    from oomlab.grading import verdict
+    from oomlab.measure import machine
+
+    ex = Course(class_folder / PINNED).get("inference-worker")
+    (Path.cwd() / "inference-worker.py").write_text("open('/course/solutions/train.py')\n")
+    stopped = Measurement(script="inference-worker.py", status="error", message="Permission denied: '/course/solutions'")
+    reached = CheckResult("sandbox", False, "reached for /course/solutions", "nothing grading keeps hidden", "why", "it tried")
+    monkeypatch.setattr(machine, "refuse_without_a_driver", lambda *a: None)
+    monkeypatch.setattr(measured, "load", lambda *a: stopped)
+    monkeypatch.setattr(verdict, "grade", lambda *a, **k: Report(ex, stopped, None, [reached]))
+    with pytest.raises(cells.NotGraded) as err:
+        cells.check("inference-worker", "no_oom")
+    assert err.value.lines[0].startswith("The script did not run to its end")
+    assert "sandbox: reached for /course/solutions (required nothing grading keeps hidden): it tried" in err.value.lines
+    monkeypatch.setattr(classgrade, "grade", lambda *a, **k: Report(ex, stopped, None, [reached]))
+    monkeypatch.setattr(classgrade.measured, "load", lambda *a: stopped)
+    sub = classgrade._Submission("ada", ex, Path.cwd() / "production.ipynb", script="open('/course/solutions/train.py')\n")
+    reasons, lines = classgrade._judged(sub)
+    assert reasons[1:] == ["sandbox: reached for /course/solutions (required nothing grading keeps hidden)"]
+    assert list(lines) == ["sandbox"]
+
+
 def test_no_cell_passes_where_nothing_was_written(class_folder, capsys):
     ex = Course(class_folder / PINNED).get("inference-worker")
     cells.measure("inference-worker", sources=source_digest(ex))

@@ -58,7 +58,7 @@ class CheckFailed(_CellError):
 class _Outcome:
     script_text: str
     report: object | None  # oomlab.grading.verdict.Report
-    reason: list[str]  # why it was not graded, when report is None
+    reason: list[str]  # why it was not graded: nothing measured (report None), or the script did not run to its end
     shown: str = ""  # a run measured but not graded (a student build): its figures, as text
 
 
@@ -123,6 +123,7 @@ def _grade(ex_id: str) -> _Outcome:
     from oomlab.grading.present import script_failure
     from oomlab.grading.truth import source_digest
     from oomlab.grading.verdict import grade
+    from oomlab.measure.harness import SCRIPT_FAILURES
     from oomlab.measure.machine import refuse_without_a_driver
 
     ex = _exercise(ex_id)
@@ -158,14 +159,15 @@ def _grade(ex_id: str) -> _Outcome:
         report = grade(ex, script, measurement=measured.load(ex, script))
     except OomLabError as err:  # the machine (no GPU, too small, busy) or the course, not the learner's code
         return _Outcome(text, None, _error_lines(err))
-    if not report.checks:  # a syntax error, a crash, the time limit: the script did not run to its end
-        m = report.measurement
+    m = report.measurement
+    if not report.checks or m.status in SCRIPT_FAILURES:  # a syntax error, a crash, the time limit, the sandbox
         return _Outcome(
             text,
             report,
             [
                 f"The script did not run to its end: {m.ending()}.",
                 *_plain(lambda console: console.print(script_failure(m, ex))).splitlines(),
+                *(f"{check_line(c)}: {c.detail}" for c in report.checks if not c.passed),  # what it reached for
             ],
         )
     return _Outcome(text, report, [])
@@ -210,7 +212,7 @@ def check_line(c) -> str:
 
 def _graded(ex_id: str):
     outcome = _outcome(ex_id)
-    if outcome.report is None or not outcome.report.checks:
+    if outcome.report is None or outcome.reason:  # not measured, or the script did not run to its end
         raise NotGraded(outcome.reason or ["Nothing was measured."])
     return outcome.report
 
