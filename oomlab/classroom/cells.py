@@ -120,10 +120,9 @@ def _student_build() -> bool:
 def _grade(ex_id: str) -> _Outcome:
     from oomlab.classroom import measured
     from oomlab.classroom.scoring import magic_line, script_name
-    from oomlab.grading.present import script_failure
+    from oomlab.grading.present import script_failure, unfinished
     from oomlab.grading.truth import source_digest
     from oomlab.grading.verdict import grade
-    from oomlab.measure.harness import SCRIPT_FAILURES
     from oomlab.measure.machine import refuse_without_a_driver
 
     ex = _exercise(ex_id)
@@ -159,8 +158,8 @@ def _grade(ex_id: str) -> _Outcome:
         report = grade(ex, script, measurement=measured.load(ex, script))
     except OomLabError as err:  # the machine (no GPU, too small, busy) or the course, not the learner's code
         return _Outcome(text, None, _error_lines(err))
-    m = report.measurement
-    if not report.checks or m.status in SCRIPT_FAILURES:  # a syntax error, a crash, the time limit, the sandbox
+    if unfinished(report):
+        m = report.measurement
         return _Outcome(
             text,
             report,

@@ -57,11 +57,12 @@ from oomlab.course import Course
 from oomlab.course.manifest import Exercise
 from oomlab.course.state import StateDir, shown, write_atomic, write_error
 from oomlab.errors import OomLabError
+from oomlab.grading.present import unfinished
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.verdict import grade, require_witness
 from oomlab.measure import warm
 from oomlab.measure.declared import declared_alloc_conf
-from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, child_env, measure_exercise_file
+from oomlab.measure.harness import MACHINE_PROBLEMS, child_env, measure_exercise_file
 from oomlab.measure.machine import has_nvidia_driver, machine_error, no_driver, parallel_runs
 
 __all__ = ["ClassReport", "Row", "grade_class", "nbgrader_env"]
@@ -352,7 +353,7 @@ def _judged(sub: _Submission) -> tuple[list[str], dict[str, str]]:
     if m is None:
         return ["not measured before autograde: the notebook measured it itself (see its feedback)"], {}
     report = grade(sub.ex, Path(m.script), measurement=m)
-    if not report.checks or m.status in SCRIPT_FAILURES:  # it did not run to its end (a check may say why: the sandbox)
+    if unfinished(report):  # it did not run to its end (a check may say why: the sandbox)
         failed = [c for c in report.checks if not c.passed]
         return [m.ending(), *map(check_line, failed)], {c.name: check_line(c) for c in failed}
     honesty = set(honesty_checks(sub.ex))

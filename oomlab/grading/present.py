@@ -167,9 +167,15 @@ def print_run(console: Console, m: Measurement, ex: Exercise) -> None:
         console.print(Text(line, style="dim"))
 
 
+def unfinished(report: Report) -> bool:
+    """Whether the run did not get to its end (a syntax error, a crash, the time limit, the sandbox): not graded, and
+    any check it carries says only why (what it reached for)."""
+    return not report.checks or report.measurement.status in SCRIPT_FAILURES
+
+
 def print_report(console: Console, report: Report) -> None:
     m, ex = report.measurement, report.exercise
-    if not report.checks or m.status in SCRIPT_FAILURES:
+    if unfinished(report):
         console.print(script_failure(m, ex))
         for c in report.checks:  # a run the sandbox stopped says what it reached for
             console.print(Text.assemble(("✗ ", "red"), (c.name, "bold"), f": {c.detail}"))
