@@ -8,6 +8,7 @@ folder, is an error that says which file to edit and what to add.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def test_the_list_is_the_one_home_of_each_exercises_module_and_place():
     course = Course(REPO, working_tree=True)
     assert course.modules_file == REPO / LIST
     folders = sorted(p.parent.name for p in REPO.glob("exercises/*/exercise.toml"))
-    assert sorted(course.ids_in_order) == folders and len(course.ids_in_order) == len(folders)
+    assert sorted([*course.ids_in_order, *course.drafts]) == folders and len(set(course.ids_in_order)) == len(course.ids_in_order)
     assert [e.id for e in course.exercises] == [ex_id for m in course.modules for ex_id in m.exercises]
     for ex in course.exercises:
         data = tomllib.loads(ex.manifest_path.read_text(encoding="utf-8"))
@@ -199,3 +200,47 @@ def test_a_learners_folder_takes_the_list_along_and_without_it_is_ordered_by_the
     (root / LIST).unlink()  # a folder made by an older oomlab, whose manifests said where each exercise belongs
     course = Course(root)
     assert course.modules_file == REPO / LIST and course.ids_in_order == shipped
+
+
+def add_draft(root: Path, ex_id: str) -> None:
+    """``ex_id`` listed as a draft, first of the list's ``drafts`` (written before the first module where there are none)."""
+    path = root / LIST
+    text = path.read_text(encoding="utf-8")
+    if re.search(r"^drafts = \[", text, flags=re.M):
+        text = re.sub(r"^drafts = \[", f'drafts = ["{ex_id}", ', text, count=1, flags=re.M)
+    else:
+        text = text.replace("[[modules]]", f'drafts = ["{ex_id}"]\n\n[[modules]]', 1)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_a_draft_keeps_its_folder_beside_the_others_and_stays_out_of_the_course(course_copy):
+    before = Course(course_copy).ids_in_order
+    add_folder(course_copy, "not-measured-yet")
+    add_draft(course_copy, "not-measured-yet")
+    course = Course(course_copy)
+    assert course.drafts[0] == "not-measured-yet"
+    assert course.ids_in_order == before and "not-measured-yet" not in {e.id for e in course.exercises}
+    assert not course.broken
+
+
+def test_a_draft_that_is_in_a_module_too_is_an_error_and_one_whose_folder_stayed_behind_is_no_exercise(course_copy):
+    add_draft(course_copy, "eval-graphs")
+    with pytest.raises(OomLabError, match="both as a draft and in module 'hunt'"):
+        Course(course_copy)
+    # A copy of the course (a class's, a learner's) takes the list along and leaves the drafts' folders behind.
+    edit_list(course_copy, 'drafts = ["eval-graphs"', 'drafts = ["left-behind"')
+    course = Course(course_copy)
+    assert "left-behind" in course.drafts and "left-behind" not in course.ids_in_order and not course.broken
+
+
+def test_every_draft_of_the_course_is_a_well_formed_exercise_whose_edits_apply():
+    """A draft is checked as an exercise is, so that it needs only the GPU's measurements to join the course."""
+    from oomlab.course.manifest import load_exercise
+    from oomlab.grading.truth import variants
+
+    course = Course(REPO, working_tree=True)
+    for ex_id in course.drafts:
+        assert (REPO / "exercises" / ex_id).is_dir(), f"{ex_id} is a draft of {LIST} with no folder"
+        ex = load_exercise(REPO / "exercises" / ex_id / "exercise.toml", REPO)
+        runs = variants(ex)
+        assert ex.solution_path.is_file() and {v.kind for v in runs} >= {"solution", "bug", "wrong-fix"}, ex_id

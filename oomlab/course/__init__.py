@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from oomlab.course.manifest import MANIFEST, Exercise, load_exercise
-from oomlab.course.modules import Module, load_modules, modules_file
+from oomlab.course.modules import Module, load_drafts, load_modules, modules_file
 from oomlab.course.originals import differs, keep_manifest, original_manifest
 from oomlab.course.shipped import is_source, shipped_root
 from oomlab.course.state import StateDir, shown
@@ -116,7 +116,10 @@ class Course:
                 loaded[ex_id] = self._load(folders[ex_id], solutions, module)
             except OomLabError as err:
                 self.broken[ex_id] = err
-        unlisted = [name for name in folders if name not in module_of]
+        # Drafts (exercises not yet measured on a GPU) keep their folders in the maintainers' course but stay out of
+        # it; a copy of the course (a class's, a learner's) leaves their folders behind, and the list goes along.
+        self.drafts: tuple[str, ...] = load_drafts(self.modules_file, self.modules)
+        unlisted = [name for name in folders if name not in module_of and name not in self.drafts]
         for name in unlisted:
             self.broken[name] = self._not_listed(folders[name])
         if strict and self.broken:

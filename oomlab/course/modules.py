@@ -19,7 +19,16 @@ from pathlib import Path
 from oomlab.course.toml_file import read_toml
 from oomlab.errors import OomLabError
 
-__all__ = ["MODULE_LIST", "READ_FIRST", "Module", "load_modules", "met_before_its_step", "modules_file", "step_label"]
+__all__ = [
+    "MODULE_LIST",
+    "READ_FIRST",
+    "Module",
+    "load_drafts",
+    "load_modules",
+    "met_before_its_step",
+    "modules_file",
+    "step_label",
+]
 
 MODULE_LIST = "modules.toml"  # in the course's exercises/, beside the exercise folders
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")  # a module's name or an exercise's id: a file and folder name everywhere
@@ -78,6 +87,29 @@ def load_modules(path: Path) -> tuple[Module, ...]:
                 f"{path} names the {what} {twice[0]!r} more than once.", f"Name each {what} once, at its place in the course."
             )
     return tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :])) for i, m in enumerate(read))
+
+
+def load_drafts(path: Path, modules: tuple[Module, ...]) -> tuple[str, ...]:
+    """The exercises ``path`` lists as ``drafts``: written and checked on the CPU, not yet measured on a GPU.
+
+    A draft has its folder beside the others but is not in the course: no number, no page, no
+    notebook, no grade, until a maintainer moves it into a module and measures it
+    (``oomlab dev calibrate``, then ``make verify``). Its manifest is checked as every exercise's is.
+    """
+    drafts = read_toml(path, "").get("drafts", [])
+    if not isinstance(drafts, list) or not all(isinstance(d, str) and NAME.fullmatch(d) for d in drafts):
+        raise OomLabError(
+            f"{path}: 'drafts' should be a list of exercise ids, found {drafts!r}.",
+            f'Write the exercises not yet measured on a GPU as drafts = ["ID", ...] in {path}, or leave it out.',
+        )
+    in_modules = {ex_id: m.name for m in modules for ex_id in m.exercises}
+    for ex_id in drafts:
+        if ex_id in in_modules:
+            raise OomLabError(
+                f"{path} names {ex_id!r} both as a draft and in module {in_modules[ex_id]!r}.",
+                "An exercise is a draft until it is measured, then it moves into its module: name it in one place.",
+            )
+    return tuple(drafts)
 
 
 def _module(table: dict, where: str, path: Path) -> Module:
