@@ -138,15 +138,20 @@ def calibrate(
     exercises: Optional[list[str]] = typer.Argument(None, help="exercise ids (default: all)"),
     ceiling: str = typer.Option("12GiB", help="the cap every run gets instead of its budget"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the rows as JSON here"),
+    write: bool = typer.Option(False, "--write", help="write each proposed budget into its exercise.toml"),
     jobs: int = JOBS,
 ) -> None:
-    """Size budgets: each exercise's fixes, bug and wrong fixes under a generous ceiling, and the budget the fixes suggest."""
+    """Size budgets: each exercise's fixes, bug and wrong fixes under a generous ceiling, and the budget the fixes suggest.
+
+    A draft (modules.toml's ``drafts``) is calibrated by its id, before it joins the course.
+    """
     from oomlab.grading.calibrate import calibrate as calibrate_course
+    from oomlab.grading.calibrate import fitting_failures, write_budget
     from oomlab.measure.machine import parallel_runs
     from oomlab.units import parse_size
 
     course = Course(working_tree=True)
-    chosen = [course.get(e) for e in exercises] if exercises else course.exercises
+    chosen = [course.draft(e) if e in course.drafts else course.get(e) for e in exercises] if exercises else course.exercises
     cap = parse_size(ceiling)
     jobs = jobs or parallel_runs([cap])
     with console.status("Calibrating…") as status:
@@ -180,6 +185,16 @@ def calibrate(
     console.print(table)
     if json_path:
         write_atomic(json_path, json.dumps(report, indent=2) + "\n")
+    for row in report:
+        budget = row["proposed_budget_bytes"]
+        if budget and (fit := fitting_failures(row, budget)):
+            console.print(f"[yellow]{row['id']}: {', '.join(fit)} must run out of memory but fit {in_mib(budget, 0)} MiB.[/]")
+        if write and budget:
+            import torch
+
+            ex = next(e for e in chosen if e.id == row["id"])
+            write_budget(ex.manifest_path, row, torch.cuda.get_device_name(), torch.__version__.split("+")[0])
+            console.print(f"{ex.manifest_path}: budget_bytes = {budget:_}")
 
 
 def side_by_side(row: dict, key: str) -> str:

@@ -97,6 +97,7 @@ class Course:
         solutions = self.root / "solutions"
         if not solutions.is_dir() and (shipped := shipped_root()) is not None:
             solutions = shipped / "solutions"
+        self.solutions = solutions
         # The list orders the course and says which module each exercise is in; without it nothing can be numbered.
         self.modules_file = modules_file(self.root)
         self.modules: tuple[Module, ...] = load_modules(self.modules_file)
@@ -169,6 +170,16 @@ class Course:
     def problem(self, ex_id: str) -> str:
         """What is wrong with the broken exercise ``ex_id``, in one line, paths relative to the course."""
         return self.broken[ex_id].what.replace(f"{self.root}{os.sep}", "").splitlines()[0]
+
+    def draft(self, ex_id: str) -> Exercise:
+        """A draft (``drafts`` in the list) loaded as an exercise of no module, for the maintainers' GPU commands."""
+        if ex_id not in self.drafts:
+            raise OomLabError(
+                f"{shown(ex_id)!r} is not a draft of {self.modules_file}.", f"Its drafts: {', '.join(self.drafts) or 'none'}."
+            )
+        if not (self.root / "exercises" / ex_id).is_dir():
+            raise OomLabError(f"The draft {ex_id!r} has no folder here.", "Drafts are measured in the course's own repository.")
+        return load_exercise(self.root / "exercises" / ex_id / MANIFEST, self.root, self.solutions)
 
     def get(self, key: str) -> Exercise:
         """An exercise by id, or by its number in ``oomlab list`` (:meth:`number`).

@@ -11,16 +11,19 @@ cache and retries before it gives up, so fragmentation shows as retries first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from oomlab.course.manifest import Exercise
+from oomlab.errors import OomLabError
 from oomlab.grading.truth import variants
 from oomlab.measure.harness import measure_exercise_file
 from oomlab.oom import first_line
 from oomlab.units import MIB
 
-__all__ = ["calibrate", "proposed_budget"]
+__all__ = ["calibrate", "fitting_failures", "proposed_budget", "write_budget"]
 
 MARGIN = 0.10  # the room a fix gets above its own peak reserved memory
 STEP_BYTES = 64 * MIB  # budgets are whole multiples of this
@@ -44,6 +47,7 @@ def calibrate(exercises: list[Exercise], ceiling: int, jobs: int, note: Callable
         return {
             "name": variant.name,
             "kind": variant.kind,
+            "expect": sorted(variant.expect),
             "status": m.status,
             "alloc_conf": m.alloc_conf,
             **{k: stats.get(k) for k in ("peak_allocated", "peak_reserved", "inactive_split_peak", "retries", "ooms")},
@@ -68,3 +72,33 @@ def calibrate(exercises: list[Exercise], ceiling: int, jobs: int, note: Callable
             }
         )
     return report
+
+
+def fitting_failures(row: dict, budget: int) -> list[str]:
+    """The runs of a calibrate row that must run out of memory (the bug, wrong fixes that fail ``no_oom``) yet fit ``budget``.
+
+    Under the budget they would end without an OOM: the budget is too big for them, or the bug too small.
+    """
+    return [
+        r["name"]
+        for r in row["runs"]
+        if "no_oom" in r.get("expect", []) and r["status"] == "ok" and (r["peak_reserved"] or 0) <= budget
+    ]
+
+
+BUDGET_LINE = re.compile(r"^budget_bytes\s*=.*$", re.M)
+
+
+def write_budget(manifest: Path, row: dict, gpu: str, torch_version: str) -> int:
+    """Write ``row``'s proposed budget into ``manifest`` (its ``budget_bytes`` line, with the figures behind it); the budget."""
+    budget = row["proposed_budget_bytes"]
+    fixes = max(r["peak_reserved"] for r in row["runs"] if r["kind"] in ("solution", "alternative") and r["peak_reserved"])
+    line = (
+        f"budget_bytes = {budget:_}  # {budget / MIB:,.0f} MiB. {gpu}, torch {torch_version}: the fixes peak at "
+        f"{fixes / MIB:,.0f} MiB reserved (oomlab dev calibrate)"
+    )
+    text = manifest.read_text(encoding="utf-8")
+    if len(BUDGET_LINE.findall(text)) != 1:
+        raise OomLabError(f"{manifest} has no single budget_bytes line to rewrite.", "Write one, then calibrate again.")
+    manifest.write_text(BUDGET_LINE.sub(line, text, count=1), encoding="utf-8")
+    return budget
