@@ -27,7 +27,7 @@ INSTALL_TORCH := $(BIN)/python -c "import torch" 2>/dev/null \
 	|| $(PIP_TORCH) "$(TORCH)"
 endif
 
-.PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts viewer-shots clean
+.PHONY: start test torch browser lint format docs serve verify equivalence bench figures facts promote viewer-shots clean
 
 # pip compiles what it installs to bytecode, but not the course's own package, installed editable: where
 # PYTHONDONTWRITEBYTECODE is set, every process (each measured run, each command the tests start) would
@@ -112,6 +112,18 @@ bench: $(BIN)/oomlab
 figures: $(BIN)/oomlab
 	$(BIN)/oomlab dev figures
 
+# On a GPU: bring new exercises (drafts moved into their modules in exercises/modules.toml) into the course's reports:
+# their budgets sized and written into their manifests, every run of theirs measured fresh and forked (their rows of
+# equivalence.json and verify.json; the other exercises' rows are kept), their figures, the probes new or changed
+# since facts.json, and the README's figures.   make promote EXERCISES="resume-checkpoint eval-predictions"
+EXERCISES ?=
+promote: $(BIN)/oomlab
+	@if [ -z "$(EXERCISES)" ]; then echo 'promote: name them, EXERCISES="ID ..."'; exit 2; fi
+	$(BIN)/oomlab dev calibrate --write $(EXERCISES)
+	$(BIN)/oomlab dev equivalence $(addprefix --exercise ,$(EXERCISES)) --verify-json course/measurements/verify.json
+	$(BIN)/oomlab dev figures $(addprefix --exercise ,$(EXERCISES))
+	$(BIN)/oomlab dev facts --stale
+	$(BIN)/oomlab dev readme
 # On a GPU: run the probes in course/probes/ and rewrite course/measurements/facts.json.
 facts: $(BIN)/oomlab
 	$(BIN)/oomlab dev facts
