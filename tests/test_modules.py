@@ -233,6 +233,14 @@ def test_a_draft_that_is_in_a_module_too_is_an_error_and_one_whose_folder_stayed
     assert "left-behind" in course.drafts and "left-behind" not in course.ids_in_order and not course.broken
 
 
+def test_drafts_that_are_not_a_list_of_ids_say_so(course_copy):
+    path = course_copy / LIST
+    text = re.sub(r"^drafts = .*\n", "", path.read_text(encoding="utf-8"), flags=re.M)
+    path.write_text(text.replace("[[modules]]", 'drafts = "eval-graphs"\n\n[[modules]]', 1), encoding="utf-8")
+    with pytest.raises(OomLabError, match="'drafts' should be a list of exercise ids, found 'eval-graphs'"):
+        Course(course_copy)
+
+
 def test_every_draft_of_the_course_is_a_well_formed_exercise_whose_edits_apply():
     """A draft is checked as an exercise is, so that it needs only the GPU's measurements to join the course."""
     from oomlab.course.manifest import load_exercise

@@ -93,8 +93,8 @@ def load_drafts(path: Path, modules: tuple[Module, ...]) -> tuple[str, ...]:
     """The exercises ``path`` lists as ``drafts``: written and checked on the CPU, not yet measured on a GPU.
 
     A draft has its folder beside the others but is not in the course: no number, no page, no
-    notebook, no grade, until a maintainer moves it into a module and measures it
-    (``oomlab dev calibrate``, then ``make verify``). Its manifest is checked as every exercise's is.
+    notebook, no grade, until a maintainer moves it into a module and measures it on a GPU
+    (``make promote EXERCISES=ID``). Its manifest is checked as every exercise's is.
     """
     drafts = read_toml(path, "").get("drafts", [])
     if not isinstance(drafts, list) or not all(isinstance(d, str) and NAME.fullmatch(d) for d in drafts):
