@@ -66,3 +66,21 @@ def test_equivalence_rows_stay_only_where_their_verify_rows_stayed():
     assert (merged["fresh_wall_s"], merged["forked_wall_s"], merged["runs"]) == (11.0, 6.0, 2)
     merged, dropped = sittings.merge_equivalence(old, new, exercises, kept_in_verify={"b"})
     assert [r["exercise"] for r in merged["rows"]] == ["b"] and dropped == ["a: its sources changed since"]
+
+
+def test_a_sitting_of_some_exercises_runs_as_many_at_once_as_the_report_it_joins_unless_told(tmp_path, monkeypatch):
+    """Without --jobs, a sitting of some exercises takes the committed report's parallelism: at any other it could keep
+    none of the report's rows. A whole sitting, or a report that says nothing of it, asks the machine."""
+    import json
+
+    from oomlab.cli import dev
+
+    monkeypatch.setattr(dev, "auto_jobs", lambda course: 7)
+    committed = tmp_path / "verify.json"
+    committed.write_text(json.dumps(report([row("a")], 10.0)), encoding="utf-8")
+    assert dev.sitting_jobs(None, 0, ["a"], committed) == SAME["jobs"]
+    assert dev.sitting_jobs(None, 4, ["a"], committed) == 4
+    assert dev.sitting_jobs(None, 0, None, committed) == 7
+    assert dev.sitting_jobs(None, 0, ["a"], tmp_path / "none.json") == 7
+    committed.write_text("{not json", encoding="utf-8")
+    assert dev.sitting_jobs(None, 0, ["a"], committed) == 7

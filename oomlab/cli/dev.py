@@ -35,7 +35,7 @@ ONLY = typer.Option(
     None,
     "--exercise",
     help="measure only this exercise (repeatable) and keep the report's other rows where the same code, GPU, torch "
-    "and --jobs measured them",
+    "and --jobs measured them (without --jobs, it runs as many at once as the report was measured with)",
 )
 
 
@@ -75,6 +75,13 @@ def auto_jobs(course: Course) -> int:
     return parallel_runs([ex.budget_bytes for ex in course.exercises])
 
 
+def sitting_jobs(course: Course, jobs: int, only: list[str] | None, report: Path) -> int:
+    """Runs at once: as asked; else, for a sitting of some exercises, as many as the committed ``report`` was measured
+    with, since a sitting at another parallelism could keep none of its rows; else as many as this machine allows."""
+    committed = (read_report(report) or {}).get("jobs") if only else None
+    return jobs or (committed if isinstance(committed, int) and committed > 0 else auto_jobs(course))
+
+
 @dev_app.command()
 def verify(
     json_path: Optional[Path] = typer.Option(None, "--json", help=f"where to write the report (default: {reports.VERIFY})"),
@@ -90,7 +97,7 @@ def verify(
     course = Course(working_tree=True)
     chosen = [course.get(e) for e in only] if only else course.exercises
     path = json_path or course.root / reports.VERIFY
-    jobs = jobs or auto_jobs(course)
+    jobs = sitting_jobs(course, jobs, only, path)
     with console.status(f"Verifying, {jobs} runs at a time…") as status:
         report = verify_course(chosen, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
     if only:
@@ -219,7 +226,7 @@ def equivalence(
     course = Course(working_tree=True)
     chosen = [course.get(e) for e in only] if only else course.exercises
     path = json_path or course.root / reports.EQUIVALENCE
-    jobs = jobs or auto_jobs(course)
+    jobs = sitting_jobs(course, jobs, only, verify_json or path)
     with console.status("Comparing…") as status:
         report, verified = compare(chosen, note=lambda s: status.update(f"Comparing, {s}…"), jobs=jobs)
     if only:
