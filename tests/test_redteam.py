@@ -32,8 +32,11 @@ except ModuleNotFoundError:  # Python 3.10
 
 REDTEAM = Path(__file__).resolve().parent / "redteam"
 CASES: list[dict] = tomllib.loads((REDTEAM / "cases.toml").read_text(encoding="utf-8"))["case"]
-CHEATS = [c for c in CASES if c["kind"] == "cheat"]
-HONEST = [c for c in CASES if c["kind"] == "honest"]
+# A draft exercise (modules.toml's drafts) is not in the course yet: its cases are checked for form here and graded on
+# a GPU once it joins, never graded against a course that has no such exercise (a refusal would read as a cheat caught).
+DRAFTS = set(tomllib.loads((REDTEAM.parents[1] / "exercises" / "modules.toml").read_text(encoding="utf-8")).get("drafts", []))
+CHEATS = [c for c in CASES if c["kind"] == "cheat" and c["exercise"] not in DRAFTS]
+HONEST = [c for c in CASES if c["kind"] == "honest" and c["exercise"] not in DRAFTS]
 REQUIRED = {"exercise", "name", "kind", "class", "idea"}
 OPTIONAL = {"why", "manifest", "note"}
 # What the grader raises when the machine, not the script, stopped a run (oomlab.measure.machine.machine_error).
