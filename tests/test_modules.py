@@ -221,6 +221,8 @@ def test_a_draft_keeps_its_folder_beside_the_others_and_stays_out_of_the_course(
     assert course.drafts[0] == "not-measured-yet"
     assert course.ids_in_order == before and "not-measured-yet" not in {e.id for e in course.exercises}
     assert not course.broken
+    with pytest.raises(OomLabError, match="'not-measured-yet' is a draft, not yet part of the course"):
+        course.get("not-measured-yet")  # `oomlab check not-measured-yet`
 
 
 def test_a_draft_that_is_in_a_module_too_is_an_error_and_one_whose_folder_stayed_behind_is_no_exercise(course_copy):
@@ -252,3 +254,16 @@ def test_every_draft_of_the_course_is_a_well_formed_exercise_whose_edits_apply()
         ex = load_exercise(REPO / "exercises" / ex_id / "exercise.toml", REPO)
         runs = variants(ex)
         assert ex.solution_path.is_file() and {v.kind for v in runs} >= {"solution", "bug", "wrong-fix"}, ex_id
+
+
+def test_a_learners_folder_gets_the_course_but_not_its_drafts(course_copy, tmp_path, monkeypatch):
+    from oomlab.course import shipped
+
+    add_folder(course_copy, "not-measured-yet")
+    add_draft(course_copy, "not-measured-yet")
+    shutil.copytree(REPO / "graders", course_copy / "graders", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(shipped, "shipped_root", lambda: course_copy)
+    init_course(tmp_path / "mine")
+    mine = Course(tmp_path / "mine")
+    assert not (tmp_path / "mine" / "exercises" / "not-measured-yet").exists() and "not-measured-yet" in mine.drafts
+    assert [e.id for e in mine.exercises] == [e.id for e in Course(course_copy).exercises]

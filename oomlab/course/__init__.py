@@ -194,6 +194,11 @@ class Course:
             return by_id[key]
         if key in self.broken:
             raise self.broken[key]
+        if key in self.drafts:
+            raise OomLabError(
+                f"{shown(key)!r} is a draft, not yet part of the course: no GPU has measured its bug and its fixes.",
+                f"`oomlab list` shows the exercises you can do: {', '.join(by_id)}.",
+            )
         known = [*by_id, *self.broken]
         close = difflib.get_close_matches(key, known, n=1)
         suggestion = f"Did you mean {close[0]!r}? " if close else ""

@@ -78,8 +78,13 @@ def init_course(dest: Path) -> list[Path]:
     course = Course(shipped, working_tree=True)  # the files copied below are the originals
     made = make_folder(dest)
     try:
+        drafts = {shipped / "exercises" / ex_id for ex_id in course.drafts}  # not the learner's: no GPU measured them
+
+        def ignored(where: str, names: list[str]) -> set[str]:
+            return set(IGNORED(where, names)) | {n for n in names if Path(where, n) in drafts}
+
         for folder in COPIED:
-            shutil.copytree(shipped / folder, dest / folder, ignore=IGNORED)
+            shutil.copytree(shipped / folder, dest / folder, ignore=ignored)
         if (shipped / SNAPSHOTS).is_dir():  # a wheel's snapshots from a real GPU, to read where there is none
             shutil.copytree(shipped / SNAPSHOTS, dest / SNAPSHOTS, ignore=IGNORED)
         state = StateDir(dest)
