@@ -192,15 +192,16 @@ def calibrate(
     console.print(table)
     if json_path:
         write_atomic(json_path, json.dumps(report, indent=2) + "\n")
-    for row in report:
+    if write:
+        import torch
+
+        measured_on = (torch.cuda.get_device_name(), torch.__version__.split("+")[0])
+    for ex, row in zip(chosen, report, strict=True):
         budget = row["proposed_budget_bytes"]
         if budget and (fit := fitting_failures(row, budget)):
             console.print(f"[yellow]{row['id']}: {', '.join(fit)} must run out of memory but fit {in_mib(budget, 0)} MiB.[/]")
         if write and budget:
-            import torch
-
-            ex = next(e for e in chosen if e.id == row["id"])
-            write_budget(ex.manifest_path, row, torch.cuda.get_device_name(), torch.__version__.split("+")[0])
+            write_budget(ex.manifest_path, row, *measured_on)
             console.print(f"{ex.manifest_path}: budget_bytes = {budget:_}")
 
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from oomlab.course.manifest import MANIFEST, Exercise, load_exercise
-from oomlab.course.modules import Module, load_drafts, load_modules, modules_file
+from oomlab.course.modules import Module, load_list, modules_file
 from oomlab.course.originals import differs, keep_manifest, original_manifest
 from oomlab.course.shipped import is_source, shipped_root
 from oomlab.course.state import StateDir, shown
@@ -100,7 +100,11 @@ class Course:
         self.solutions = solutions
         # The list orders the course and says which module each exercise is in; without it nothing can be numbered.
         self.modules_file = modules_file(self.root)
-        self.modules: tuple[Module, ...] = load_modules(self.modules_file)
+        # Drafts (exercises not yet measured on a GPU) keep their folders in the maintainers' course but stay out of
+        # it; a copy of the course (a class's, a learner's) leaves their folders behind, and the list goes along.
+        self.modules: tuple[Module, ...]
+        self.drafts: tuple[str, ...]
+        self.modules, self.drafts = load_list(self.modules_file)
         module_of = {ex_id: m for m in self.modules for ex_id in m.exercises}
         try:
             folders = {f.name: f for f in sorted((self.root / "exercises").iterdir()) if _is_exercise_folder(f)}
@@ -117,9 +121,6 @@ class Course:
                 loaded[ex_id] = self._load(folders[ex_id], solutions, module)
             except OomLabError as err:
                 self.broken[ex_id] = err
-        # Drafts (exercises not yet measured on a GPU) keep their folders in the maintainers' course but stay out of
-        # it; a copy of the course (a class's, a learner's) leaves their folders behind, and the list goes along.
-        self.drafts: tuple[str, ...] = load_drafts(self.modules_file, self.modules)
         unlisted = [name for name in folders if name not in module_of and name not in self.drafts]
         for name in unlisted:
             self.broken[name] = self._not_listed(folders[name])

@@ -23,8 +23,7 @@ __all__ = [
     "MODULE_LIST",
     "READ_FIRST",
     "Module",
-    "load_drafts",
-    "load_modules",
+    "load_list",
     "met_before_its_step",
     "modules_file",
     "step_label",
@@ -64,8 +63,9 @@ def modules_file(root: Path) -> Path:
     return own
 
 
-def load_modules(path: Path) -> tuple[Module, ...]:
-    """The modules that ``path`` (a course's ``exercises/modules.toml``) lists; every problem is one clear OomLabError."""
+def load_list(path: Path) -> tuple[tuple[Module, ...], tuple[str, ...]]:
+    """The modules that ``path`` (a course's ``exercises/modules.toml``) lists, and its drafts (:func:`_drafts`), read
+    from one parse of the file; every problem is one clear OomLabError."""
     data = read_toml(
         path,
         "Every course lists its modules there, each with its exercises in teaching order: "
@@ -86,17 +86,17 @@ def load_modules(path: Path) -> tuple[Module, ...]:
             raise OomLabError(
                 f"{path} names the {what} {twice[0]!r} more than once.", f"Name each {what} once, at its place in the course."
             )
-    return tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :])) for i, m in enumerate(read))
+    modules = tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :])) for i, m in enumerate(read))
+    return modules, _drafts(data.get("drafts", []), modules, path)
 
 
-def load_drafts(path: Path, modules: tuple[Module, ...]) -> tuple[str, ...]:
-    """The exercises ``path`` lists as ``drafts``: written and checked on the CPU, not yet measured on a GPU.
+def _drafts(drafts, modules: tuple[Module, ...], path: Path) -> tuple[str, ...]:
+    """The exercises the list names as ``drafts``: written and checked on the CPU, not yet measured on a GPU.
 
     A draft has its folder beside the others but is not in the course: no number, no page, no
     notebook, no grade, until a maintainer moves it into a module and measures it on a GPU
     (``make promote EXERCISES=ID``). Its manifest is checked as every exercise's is.
     """
-    drafts = read_toml(path, "").get("drafts", [])
     if not isinstance(drafts, list) or not all(isinstance(d, str) and NAME.fullmatch(d) for d in drafts):
         raise OomLabError(
             f"{path}: 'drafts' should be a list of exercise ids, found {drafts!r}.",

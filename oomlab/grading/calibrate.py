@@ -67,6 +67,7 @@ def calibrate(exercises: list[Exercise], ceiling: int, jobs: int, note: Callable
             {
                 "id": ex.id,
                 "budget_bytes": ex.budget_bytes,
+                "fixes_peak_reserved_bytes": max(fixes) if fixes else None,
                 "proposed_budget_bytes": proposed_budget(fixes) if fixes else None,
                 "runs": rows,
             }
@@ -92,10 +93,9 @@ BUDGET_LINE = re.compile(r"^budget_bytes\s*=.*$", re.M)
 def write_budget(manifest: Path, row: dict, gpu: str, torch_version: str) -> int:
     """Write ``row``'s proposed budget into ``manifest`` (its ``budget_bytes`` line, with the figures behind it); the budget."""
     budget = row["proposed_budget_bytes"]
-    fixes = max(r["peak_reserved"] for r in row["runs"] if r["kind"] in ("solution", "alternative") and r["peak_reserved"])
     line = (
         f"budget_bytes = {budget:_}  # {budget / MIB:,.0f} MiB. {gpu}, torch {torch_version}: the fixes peak at "
-        f"{fixes / MIB:,.0f} MiB reserved (oomlab dev calibrate)"
+        f"{row['fixes_peak_reserved_bytes'] / MIB:,.0f} MiB reserved (oomlab dev calibrate)"
     )
     text = manifest.read_text(encoding="utf-8")
     if len(BUDGET_LINE.findall(text)) != 1:
