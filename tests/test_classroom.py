@@ -569,6 +569,7 @@ def test_the_student_wheel_installs_as_the_guide_says_with_what_it_depends_on(st
 
 def test_the_student_manifests_load_and_keep_everything_but_the_answers(student_install):
     course = student_install["target"] / "oomlab" / "_course"
+    assert not [d for d in COURSE.drafts if (course / "exercises" / d).exists()], "a draft went to the students"
     for ex in COURSE.exercises:
         mine = load_exercise(course / "exercises" / ex.id / "exercise.toml", course, course / "solutions")
         assert mine.alternatives == () and mine.interview.answer == ANSWER_KEPT

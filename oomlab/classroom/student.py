@@ -40,7 +40,7 @@ from oomlab import __version__
 from oomlab.classroom import tomltext
 from oomlab.classroom.wheel import write_wheel
 from oomlab.course.manifest import load_exercise
-from oomlab.course.modules import MODULE_LIST
+from oomlab.course.modules import MODULE_LIST, load_list
 from oomlab.course.shipped import shipped_root
 from oomlab.course.state import read_error, shown, write_error
 from oomlab.errors import OomLabError
@@ -67,8 +67,9 @@ def student_manifest(text: str) -> str:
 def student_course(shipped: Path) -> dict[str, bytes]:
     """The student build's course, by path under ``_course/``: the list of modules, exercises (script and manifest) and graders."""
     files: dict[str, bytes] = {f"exercises/{MODULE_LIST}": _read_bytes(shipped / "exercises" / MODULE_LIST)}  # as shipped
+    _, drafts = load_list(shipped / "exercises" / MODULE_LIST)  # not the students': no GPU has measured them
     for folder in sorted((shipped / "exercises").iterdir()):
-        if not folder.is_dir() or folder.name.startswith((".", "_")):  # as the course reads them
+        if not folder.is_dir() or folder.name.startswith((".", "_")) or folder.name in drafts:  # as the course reads them
             continue
         ex = load_exercise(folder / MANIFEST, shipped, shipped / "solutions")  # the original loads, or says what is wrong
         files[f"exercises/{ex.id}/{MANIFEST}"] = student_manifest(_read_bytes(folder / MANIFEST).decode("utf-8")).encode()
