@@ -17,7 +17,7 @@ import pytest
 
 from oomlab.course import Course
 from oomlab.course.originals import manifest_note, shipped_source
-from oomlab.grading.truth import explain, run_all, variants
+from oomlab.grading.truth import check_estimate, explain, explain_estimate, run_all, variants
 from oomlab.grading.verdict import grade
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,15 +54,31 @@ def course_runs(request):
         for item in request.session.items
         if "variant" in getattr(getattr(item, "callspec", None), "params", {})
     ]
-    jobs = parallel_runs([v.exercise.budget_bytes for v in selected])
-    _, measured = run_all(selected, jobs=jobs)
-    return {v.id: result for v, result in zip(selected, measured, strict=True)}
+    scripts = [v for v in selected if not v.exercise.is_estimate]
+    jobs = parallel_runs([v.exercise.budget_bytes for v in scripts])
+    _, measured = run_all(scripts, jobs=jobs) if scripts else ({}, [])
+    runs = {v.id: result for v, result in zip(scripts, measured, strict=True)}
+    # An estimator's configs are measured by the course's code, one estimator after another on the whole GPU.
+    runs.update({v.id: check_estimate(v) for v in selected if v.exercise.is_estimate})
+    return runs
 
 
 @pytest.mark.gpu
 def test_your_fix_passes(ex, request):
     if request.config.getoption("--solutions"):
         pytest.skip("grades your files: run without --solutions")
+    if ex.is_estimate:
+        from oomlab.grading.estimates import grade_estimate
+        from oomlab.sizing.present import brief
+
+        sized = grade_estimate(ex, ex.learner_path)
+        assert sized.passed, "\n".join(
+            f"FAIL config {i} ({brief(c.as_dict())}) {s.part}: {s.error:+.1%}, tolerance {s.tolerance:.0%}"
+            for i, (c, row) in enumerate(zip(sized.configs, sized.scores, strict=True), 1)
+            for s in row
+            if not s.within
+        )
+        return
     report = grade(ex, ex.learner_path)
     assert report.passed, "\n".join(
         ([f"Note: {note}"] if (note := manifest_note(ex)) else [])
@@ -74,7 +90,7 @@ def test_your_fix_passes(ex, request):
 @pytest.mark.gpu
 def test_the_course_behaves_as_its_manifest_says(variant, course_runs):
     row, report = course_runs[variant.id]
-    assert row["as_expected"], explain(row, report)
+    assert row["as_expected"], (explain_estimate if variant.exercise.is_estimate else explain)(row, report)
 
 
 # A check of the course that needs no GPU: every exercise is well formed, and its variants are real edits.
@@ -90,9 +106,12 @@ def test_exercise_is_well_formed(ex, request):
     assert len(ex.hints) == 3, "hints go nudge -> tool -> change"
     assert ex.interview.question and len(ex.interview.answer.split()) >= 150, "a model answer of about two minutes"
     assert ex.wrong_fixes, "each exercise ships at least one tempting wrong fix"
-    assert {"no_oom", "same_workload", "same_results"} <= set(ex.checks)
     for fix in (*ex.wrong_fixes, *ex.alternatives):
         variant = fix.apply(bug)
         compile(variant, fix.name, "exec")
         assert variant not in (bug, sol)
+    if ex.is_estimate:  # an estimator: no checks, no seed; its examples are checked when the manifest loads
+        assert "def estimate(" in bug and "def estimate(" in sol, "the learner writes estimate(config)"
+        return
+    assert {"no_oom", "same_workload", "same_results"} <= set(ex.checks)
     assert "torch.manual_seed(0)" in sol, "the other-seed cheat changes this line: without it the cheat tests nothing"

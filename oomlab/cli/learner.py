@@ -65,9 +65,14 @@ def current(course: Course, progress: Progress) -> Exercise | None:
 
 def next_steps(ex: Exercise) -> Group:
     """What to do now: each command whole on its line (never cut, never run into its words), its words beside it."""
+    ran = (
+        "your estimate for the example configs, beside the CPU's count of each"
+        if ex.is_estimate
+        else f"run it under its {in_gib(ex.budget_bytes)} budget and see what happens"
+    )
     rows = (
-        (f"oomlab run {ex.id}", f"run it under its {in_gib(ex.budget_bytes)} budget and see what happens"),
-        (f"oomlab check {ex.id}", "grade your fix"),
+        (f"oomlab run {ex.id}", ran),
+        (f"oomlab check {ex.id}", "grade your estimate on hidden configs" if ex.is_estimate else "grade your fix"),
         (f"oomlab hint {ex.id}", "a hint; one more each time you ask"),
         ("oomlab watch", "re-check on every save"),
     )
@@ -168,7 +173,8 @@ def list_exercises() -> None:
             else:
                 status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
             number = ("0→" if met_before_its_step(e.module, e.step) else "") + str(step(e.step).number)  # 0: read the error
-            table.add_row(str(i), Text(e.id, no_wrap=True), e.title, number, in_gib(e.budget_bytes), status)
+            budget = "none" if e.is_estimate else in_gib(e.budget_bytes)  # an estimator runs under no budget
+            table.add_row(str(i), Text(e.id, no_wrap=True), e.title, number, budget, status)
         table.add_section()
     for ex_id in course.broken:  # listed last, under the number that is theirs
         problem = Text(course.problem(ex_id), style="red")
@@ -218,6 +224,8 @@ def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
     ex = course.get(exercise)
     readable(ex)
     print_manifest_note(console, ex)
+    if ex.is_estimate:
+        return run_estimate(ex)
     refuse_without_a_driver(ex.learner_path, f"running {ex.id}")
     with measuring(ex, "Running"):
         # Not a grade: run as `python train.py` would be, beside its files, outside the grading sandbox.
@@ -235,6 +243,50 @@ def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
         console.print(f"It does not fit yet. `oomlab hint {ex.id}` when you want a nudge.")
         raise typer.Exit(1)
     console.print(f"It ran within the budget. `oomlab check {ex.id}` grades it against the reference.")
+
+
+def run_estimate(ex: Exercise) -> None:
+    """``oomlab run`` of an estimate exercise: the learner's answers for its public examples beside the CPU's count.
+
+    Not a grade, and no GPU needed: the estimator runs in its sandbox where this kernel has one (as a check's does),
+    and the same configs are counted on the CPU, tensor by tensor (:mod:`oomlab.sizing.cpu_count`).
+    """
+    from oomlab.grading.estimates import validate
+    from oomlab.sizing.cpu_count import count_on_cpu
+    from oomlab.sizing.grade import SIZED
+    from oomlab.sizing.present import examples_table
+    from oomlab.sizing.sandboxed import run_estimator
+
+    validate(ex)
+    kind, examples = SIZED[ex.sizes], list(ex.examples)
+    with console.status(f"Running your estimate() on {len(examples)} example configs…"):
+        estimates = run_estimator(ex.learner_path, examples, ex.root, sandbox_required=False, parts=kind.parts)
+    with console.status(f"Counting the same {len(examples)} configs on the CPU, tensor by tensor…"):
+        counts = [count_on_cpu(kind, kind.parse(cfg)) for cfg in examples]
+    console.print(examples_table(examples, estimates, counts, kind.parts))
+    console.print(f"`oomlab check {ex.id}` grades it on hidden configs, each measured on a GPU.")
+
+
+def estimate_and_show(ex: Exercise, progress: Progress) -> bool:
+    """``oomlab check`` of an estimate exercise: its grade (:mod:`oomlab.grading.estimates`) as a table; passed?"""
+    from oomlab.grading.estimates import failed_parts, grade_estimate
+    from oomlab.grading.present import print_manifest_note
+    from oomlab.sizing.present import scores_table
+
+    readable(ex)
+    with console.status(f"Checking {ex.id}: your estimate() in its sandbox, then each hidden config on the GPU…"):
+        report = grade_estimate(ex, ex.learner_path)
+    console.print(scores_table(report))
+    print_manifest_note(console, ex)
+    if report.passed:
+        progress.mark_passed(ex.id)
+        console.print(Text(f"✓ {ex.id} passes.", style="bold green"))
+    else:
+        console.print(
+            Text(f"✗ {ex.id} does not pass yet: ", style="bold red")
+            + Text(f"{', '.join(failed_parts(report))} off in some config. `oomlab hint {ex.id}` for a nudge.")
+        )
+    return report.passed
 
 
 def grade_and_show(ex: Exercise, progress: Progress) -> Report:
@@ -260,10 +312,14 @@ def check(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
     """Grade your version: every check, measured against the reference solution on this GPU."""
     course, progress = load()
     ex = course.get(exercise)
-    report = grade_and_show(ex, progress)
-    if keep_warm:
-        keep_server_warm(ex, report.measurement)
-    if not report.passed:
+    if ex.is_estimate:
+        passed = estimate_and_show(ex, progress)  # its configs are measured by the course's code: no server to keep
+    else:
+        report = grade_and_show(ex, progress)
+        if keep_warm:
+            keep_server_warm(ex, report.measurement)
+        passed = report.passed
+    if not passed:
         raise typer.Exit(1)
     nxt = current(course, progress)
     if nxt is not None:
@@ -338,18 +394,23 @@ def watch(
                 seen = stamp
                 # torch imported once per setting: each re-check costs the workload alone (without a GPU, nothing runs)
                 kept = False
-                if ex.alloc_conf not in warmed and has_nvidia_driver():
+                # An estimate exercise has no script to fork: its configs are measured in a process of their own.
+                if not ex.is_estimate and ex.alloc_conf not in warmed and has_nvidia_driver():
                     kept = warm.WarmServer.find(ex.root, ex.alloc_conf) is not None
                     if kept:
                         keep_warm(ex.root, ex.alloc_conf)  # a kept server, ready: used now, so its keeper stays
                     else:
                         own_server(ex.alloc_conf)
                 console.rule(f"{ex.id}  {time.strftime('%H:%M:%S')}")
-                report = grade_and_show(ex, progress)
-                if kept and report.measurement.runner != "forked":  # it could not serve this terminal's run: own one
-                    own_server(ex.alloc_conf)
+                if ex.is_estimate:
+                    passed = estimate_and_show(ex, progress)
+                else:
+                    report = grade_and_show(ex, progress)
+                    if kept and report.measurement.runner != "forked":  # it could not serve this terminal's run: own one
+                        own_server(ex.alloc_conf)
+                    passed = report.passed
                 checks += 1
-                if report.passed and exercise is None:
+                if passed and exercise is None:
                     ex = current(course, progress)
                     seen = None
                     if ex is not None:

@@ -4,6 +4,17 @@ The buggy script, its reference fix, the tempting wrong fixes and the accepted
 alternative fixes (both as edits of the buggy script), the hints, the interview
 question, the budget and the checks all hang off this file; the CLI, the pytest
 graders, ``oomlab dev verify`` and the site pages are derived from it.
+
+An exercise is of one of two kinds (``kind``, :data:`KINDS`):
+
+- ``script`` (the default, and every exercise that names no kind): a training script with a
+  memory bug, run under a budget and graded by its ``[checks]`` against the reference fix;
+- ``estimate``: a file whose ``estimate(config)`` returns the bytes of each part of what
+  ``sizes`` names (a training step, a generation: :data:`oomlab.sizing.grade.SIZED`), graded
+  on hidden configs measured on the GPU, each part within its tolerance. Nothing of it runs
+  under a budget, so it has none of :data:`SCRIPT_ONLY`; it has two or three public
+  ``[[examples]]`` configs instead (``oomlab run`` sets its answers for them beside the
+  CPU's count), and each wrong fix ``expect``s the part it gets wrong.
 """
 
 from __future__ import annotations
@@ -23,6 +34,19 @@ if TYPE_CHECKING:
 MANIFEST = "exercise.toml"  # each exercise folder's manifest
 STEP_NAMES = tuple(s.name for s in STEPS)
 HINTS = 3  # a nudge, which tool to use and what to look at, what to change
+KINDS = ("script", "estimate")
+# The keys of a script exercise that an estimate exercise must not have, each with why: it runs nothing under a budget.
+SCRIPT_ONLY = {
+    "budget_bytes": "nothing runs under a budget: each config is measured as it is",
+    "alloc_conf": "the configs are measured by the course's code with the allocator's defaults",
+    "learner_settings": "the learner's code sets no allocator settings: it only computes",
+    "time_limit_s": "the estimator's time limit is the sandbox's (oomlab.sizing.sandboxed)",
+    "long_check": "its check takes the time the configs' measuring takes",
+    "symptom": "the estimate as shipped fails a part of some config: there is no check to name",
+    "checks": "each part of each config is scored against its tolerance (oomlab.sizing.score)",
+}
+ESTIMATE_ONLY = ("sizes", "examples")  # and the keys a script exercise must not have
+EXAMPLES = (2, 3)  # the fewest and the most public example configs of an estimate exercise
 
 
 # How long a learner should have to wait for `oomlab check`, in seconds; an exercise whose check takes longer
@@ -93,6 +117,14 @@ class Exercise:
     module: Module | None = None
     # Why `oomlab check` takes longer than a learner should wait (CHECK_WAIT_S) here, where it does: said on its page.
     long_check: str = ""
+    kind: str = "script"  # one of KINDS
+    sizes: str = ""  # an estimate exercise's: what its estimate() sizes, a key of oomlab.sizing.grade.SIZED
+    examples: tuple[dict, ...] = field(default=(), hash=False)  # an estimate exercise's public configs, each as a dict
+
+    @property
+    def is_estimate(self) -> bool:
+        """The learner writes ``estimate(config)``, graded part by part on hidden configs: no script runs."""
+        return self.kind == "estimate"
 
     @property
     def learner_path(self) -> Path:
@@ -149,9 +181,12 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
     step = _require(data, "step", str, manifest)
     if step not in STEP_NAMES:
         raise OomLabError(f"{manifest}: step {step!r} is not one of {', '.join(STEP_NAMES)}.", "Use one of those.")
-    budget = _require(data, "budget_bytes", int, manifest)
-    if budget <= 0:
-        raise OomLabError(f"{manifest}: budget_bytes must be positive.", "Set the memory budget in bytes.")
+    kind = _require(data, "kind", str, manifest) if "kind" in data else "script"
+    if kind not in KINDS:
+        raise OomLabError(
+            f"{manifest}: kind {kind!r} is not one of {', '.join(KINDS)}.",
+            'Leave it out for a training script with a memory bug, or write kind = "estimate" for an estimator.',
+        )
     hints = _require(data, "hints", list, manifest)
     if len(hints) != HINTS or not all(isinstance(h, str) and h.strip() for h in hints):
         raise OomLabError(
@@ -164,6 +199,17 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
     if not question.strip() or not answer.strip():
         raise OomLabError(f"{manifest}: [interview] needs a question and a model answer.", "Write both.")
 
+    if kind == "estimate":
+        return _load_estimate(data, manifest, root, solutions, module, ex_id, step, hints, question, answer)
+    for key in ESTIMATE_ONLY:
+        if key in data:
+            raise OomLabError(
+                f"{manifest}: {key!r} belongs to an estimate exercise, and this one is a script.",
+                f'Take {key!r} out, or write kind = "estimate" if the learner writes an estimator.',
+            )
+    budget = _require(data, "budget_bytes", int, manifest)
+    if budget <= 0:
+        raise OomLabError(f"{manifest}: budget_bytes must be positive.", "Set the memory budget in bytes.")
     checks = _require(data, "checks", dict, manifest)
     for name, params in checks.items():  # which checks exist, and their parameters, is the grader's to say
         if not isinstance(params, dict):  # (oomlab.grading.checks.validate, before anything is measured)
@@ -175,15 +221,7 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
             "Name the check the seeded bug fails.",
         )
 
-    wrong_fixes = [_edit_fix(entry, manifest, "wrong_fixes", checks) for entry in data.get("wrong_fixes", [])]
-    if not wrong_fixes:
-        raise OomLabError(
-            f"{manifest}: no [[wrong_fixes]].", "Add at least one tempting fix the grader rejects, with the reason."
-        )
-    alternatives = [_edit_fix(entry, manifest, "alternatives", checks) for entry in data.get("alternatives", [])]
-    names = [f.name for f in (*wrong_fixes, *alternatives)]
-    if len(set(names)) != len(names):
-        raise OomLabError(f"{manifest}: two wrong fixes or alternatives share a name.", "Name each one differently.")
+    wrong_fixes, alternatives = _fixes(data, manifest, checks)
 
     return Exercise(
         id=ex_id,
@@ -206,6 +244,75 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
         root=root,
         manifest_path=manifest,
         solution_path=(solutions or root / "solutions") / ex_id / _require(data, "file", str, manifest),
+    )
+
+
+def _fixes(data: dict, manifest: Path, checks: dict) -> tuple[tuple[WrongFix, ...], tuple[WrongFix, ...]]:
+    """The ``[[wrong_fixes]]`` (at least one) and ``[[alternatives]]``, each name once."""
+    wrong_fixes = [_edit_fix(entry, manifest, "wrong_fixes", checks) for entry in data.get("wrong_fixes", [])]
+    if not wrong_fixes:
+        raise OomLabError(
+            f"{manifest}: no [[wrong_fixes]].", "Add at least one tempting fix the grader rejects, with the reason."
+        )
+    alternatives = [_edit_fix(entry, manifest, "alternatives", checks) for entry in data.get("alternatives", [])]
+    names = [f.name for f in (*wrong_fixes, *alternatives)]
+    if len(set(names)) != len(names):
+        raise OomLabError(f"{manifest}: two wrong fixes or alternatives share a name.", "Name each one differently.")
+    return tuple(wrong_fixes), tuple(alternatives)
+
+
+def _load_estimate(
+    data: dict,
+    manifest: Path,
+    root: Path,
+    solutions: Path | None,
+    module: Module | None,
+    ex_id: str,
+    step: str,
+    hints: list,
+    question: str,
+    answer: str,
+) -> Exercise:
+    """The rest of an estimate exercise's manifest: what it sizes, its public examples, wrong fixes that name a part.
+
+    Which things can be sized, their configs' fields and their parts are the sizing's to say: they are checked by
+    :func:`oomlab.grading.estimates.validate` before anything runs, as a script's checks are by the grader.
+    """
+    for key, why in SCRIPT_ONLY.items():
+        if key in data:
+            raise OomLabError(f"{manifest}: an estimate exercise has no {key!r}: {why}.", f"Take {key!r} out of {MANIFEST}.")
+    sizes = _require(data, "sizes", str, manifest)
+    examples = _require(data, "examples", list, manifest)
+    if not EXAMPLES[0] <= len(examples) <= EXAMPLES[1]:
+        raise OomLabError(
+            f"{manifest}: an estimate exercise has {EXAMPLES[0]} or {EXAMPLES[1]} [[examples]], found {len(examples)}.",
+            "Write public configs a learner can compare with the CPU's count (`oomlab run`), small enough to count in seconds.",
+        )
+    wrong_fixes, alternatives = _fixes(data, manifest, {})
+    file = _require(data, "file", str, manifest)
+    return Exercise(
+        id=ex_id,
+        title=_require(data, "title", str, manifest),
+        module=module,
+        step=step,
+        file=file,
+        budget_bytes=0,
+        alloc_conf="",
+        learner_settings=False,
+        time_limit_s=0.0,
+        symptom="",
+        summary=" ".join(_require(data, "summary", str, manifest).split()),
+        hints=tuple(h.strip() for h in hints),
+        interview=Interview(" ".join(question.split()), answer.strip()),
+        checks={},
+        wrong_fixes=wrong_fixes,
+        alternatives=alternatives,
+        root=root,
+        manifest_path=manifest,
+        solution_path=(solutions or root / "solutions") / ex_id / file,
+        kind="estimate",
+        sizes=sizes,
+        examples=tuple(examples),
     )
 
 

@@ -10,6 +10,11 @@ must show:
 - each accepted **alternative** (another honest fix, an edit of the bug) must pass every check;
 - each generic **cheat** (:mod:`oomlab.grading.cheats`) must fail one of the checks that catch it.
 
+An estimate exercise (``kind = "estimate"``) has the same runs but the cheats, each an estimator graded on the
+hidden configs its own source draws (:func:`check_estimate`): the reference must pass, the estimator as shipped
+must get some part wrong, each wrong fix the part it names, and each alternative must pass. Its row in the
+report counts configs and parts where a script's has memory figures (:func:`estimate_row`).
+
 ``oomlab dev verify`` (which writes ``course/measurements/verify.json``) and
 ``pytest graders --solutions`` both run :func:`check` over :func:`variants`,
 so the two cannot disagree.
@@ -85,6 +90,8 @@ class Variant:
 
 def variants(ex: Exercise) -> list[Variant]:
     """Every run the truth check makes for ``ex``, the reference fix first."""
+    if ex.is_estimate:
+        return estimate_variants(ex)
     validate(ex)
     runs = [
         Variant(ex, "solution", "solution", frozenset()),
@@ -102,6 +109,95 @@ def variants(ex: Exercise) -> list[Variant]:
             caught_by = caught_by | {ex.symptom}
         runs.append(Variant(ex, "cheat", cheat.name, caught_by, cheat.make, cheat.wraps_the_bug))
     return runs
+
+
+def estimate_variants(ex: Exercise) -> list[Variant]:
+    """An estimate exercise's runs: the reference, the estimator as shipped (some part of some config must be off),
+    each wrong fix (the part it names must be) and each alternative. A cheat is a script's: there are none."""
+    from oomlab.grading.estimates import parts_of, validate
+
+    validate(ex)  # a sizes, an example or an expect the sizing does not know is said before anything runs
+    runs = [
+        Variant(ex, "solution", "solution", frozenset()),
+        Variant(ex, "bug", "bug", frozenset(parts_of(ex)), lambda bug, sol, ex: bug),
+    ]
+    for fix in ex.wrong_fixes:
+        runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, ex, fix=fix: fix.apply(bug)))
+    for alt in ex.alternatives:
+        runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, ex, alt=alt: alt.apply(bug)))
+    return runs
+
+
+def check_estimate(variant: Variant):
+    """Grade one estimator of an estimate exercise, strictly (sandboxed, or nothing is graded); ``(row, report)``.
+
+    It needs the GPU its configs are measured on: :class:`oomlab.sizing.grade.MeasuringFailed` says so without one.
+    """
+    from oomlab.grading.estimates import failed_parts
+    from oomlab.sizing.grade import grade_estimator
+
+    ex = variant.exercise
+    start = time.perf_counter()
+    report = grade_estimator(variant.script(), ex.root, ex.sizes, sandbox_required=True)
+    failed = failed_parts(report)
+    as_expected = (not report.passed and bool(variant.expect & set(failed))) if variant.expect else report.passed
+    row = {
+        "name": variant.name,
+        "kind": variant.kind,
+        "verdict": "pass" if report.passed else "fail",
+        "configs": len(report.configs),
+        "within": report.within,
+        "total": report.total,
+        "failed_parts": failed,
+        "expected_failure": sorted(variant.expect) or None,
+        "as_expected": as_expected,
+        "wall_s": round(time.perf_counter() - start, 3),
+    }
+    return row, report
+
+
+def estimate_row(ex: Exercise, rows: list[dict], gpu: str = "", torch: str = "") -> dict:
+    """One estimate exercise's part of the report, from its variants' rows (in :func:`variants` order)."""
+    by_kind = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
+    return {
+        "id": ex.id,
+        "kind": "estimate",
+        "sizes": ex.sizes,
+        "sources": source_digest(ex),
+        "gpu": gpu,
+        "torch": torch,
+        "solution": by_kind("solution")[0],
+        "buggy": by_kind("bug")[0],
+        "wrong_fixes": by_kind("wrong-fix"),
+        "alternatives": by_kind("alternative"),
+        "cheats": [],
+    }
+
+
+def check_estimates(exercises, note: Callable[[str], None] = lambda _: None) -> dict[str, dict]:
+    """Every estimate exercise's runs, one after another (each measures its configs on the whole GPU); rows by id."""
+    done = {}
+    for ex in exercises:
+        measured = []
+        for v in variants(ex):
+            measured.append(check_estimate(v))
+            note(f"{v.id}: {measured[-1][0]['within']} of {measured[-1][0]['total']} parts within")
+        report = measured[0][1]
+        done[ex.id] = estimate_row(ex, [row for row, _ in measured], report.gpu, report.torch)
+    return done
+
+
+def explain_estimate(row: dict, report) -> str:
+    """Why an estimator did not behave as expected, for a test failure."""
+    want = f"get one of {', '.join(row['expected_failure'])} wrong" if row["expected_failure"] else "pass"
+    lines = [f"{row['name']} should {want}; {row['within']} of {row['total']} parts were within tolerance."]
+    lines += [
+        f"{'PASS' if s.within else 'FAIL'} config {i} {s.part}: estimated {s.estimated:,.0f}, measured {s.measured:,} "
+        f"({s.error:+.1%}, tolerance {s.tolerance:.0%})"
+        for i, scores in enumerate(report.scores, 1)
+        for s in scores
+    ]
+    return "\n".join(lines)
 
 
 def check(variant: Variant, reference: Measurement) -> tuple[dict, Report]:
@@ -336,26 +432,43 @@ def verify(exercises, note: Callable[[str], None] = lambda _: None, jobs: int = 
     """The whole course's truth check, as the report ``verify.json`` holds it."""
     start = time.perf_counter()
     exercises = list(exercises)
-    runs = [v for ex in exercises for v in variants(ex)]
+    runs = [v for ex in exercises if not ex.is_estimate for v in variants(ex)]
     spans: dict = {}
-    refs, measured = run_all(runs, note, jobs, fresh, spans)
-    return verify_report(exercises, runs, refs, measured, jobs, fresh, time.perf_counter() - start, spans)
+    refs, measured = run_all(runs, note, jobs, fresh, spans) if runs else ({}, [])
+    estimated = check_estimates([ex for ex in exercises if ex.is_estimate], note)
+    return verify_report(exercises, runs, refs, measured, jobs, fresh, time.perf_counter() - start, spans, estimated)
 
 
-def verify_report(exercises, runs, refs, measured, jobs: int, fresh: bool, wall_s: float, spans: dict | None = None) -> dict:
+def verify_report(
+    exercises,
+    runs,
+    refs,
+    measured,
+    jobs: int,
+    fresh: bool,
+    wall_s: float,
+    spans: dict | None = None,
+    estimated: dict[str, dict] | None = None,
+) -> dict:
     """The report of :func:`verify` from runs already measured (``oomlab dev equivalence`` writes it from its forked half).
 
     The report is assembled in course order whatever order the runs end in, so
-    it reads the same for any ``jobs``. ``spans``: when each reference fix's task ran (:func:`run_all`).
+    it reads the same for any ``jobs``. ``spans``: when each reference fix's task ran (:func:`run_all`);
+    ``estimated``: the estimate exercises' rows (:func:`check_estimates`), by id.
     """
     rows = [row for row, _ in measured]
+    estimated = estimated or {}
     report_rows = [
-        exercise_row(ex, refs[ex.id], [row for v, row in zip(runs, rows, strict=True) if v.exercise is ex]) for ex in exercises
+        estimated[ex.id]
+        if ex.is_estimate
+        else exercise_row(ex, refs[ex.id], [row for v, row in zip(runs, rows, strict=True) if v.exercise is ex])
+        for ex in exercises
     ]
     for row in report_rows:
         if row["id"] in (spans or {}):
             row["reference_task_s"] = spans[row["id"]]
-    ref = refs[exercises[0].id] if exercises else None
+    scripts = [ex for ex in exercises if not ex.is_estimate]
+    ref = refs[scripts[0].id] if scripts else None
     report = {
         "gpu": ref.gpu if ref else None,
         "torch": ref.torch if ref else None,
@@ -364,7 +477,7 @@ def verify_report(exercises, runs, refs, measured, jobs: int, fresh: bool, wall_
         "code": fingerprint(),
         "jobs": jobs,
         "runner": "fresh" if fresh else "forked",
-        "runs": len(runs) + len(exercises),
+        "runs": len(runs) + len(scripts) + sum(len(all_runs(row)) for row in estimated.values()),
         "wall_s": round(wall_s, 1),
         "exercises": report_rows,
     }

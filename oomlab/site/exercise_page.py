@@ -222,6 +222,11 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
     """The whole page of exercise ``number`` of ``total``, as Markdown."""
     from oomlab.grading.checks import ALWAYS, CHECKS
 
+    if ex.is_estimate:  # no budget, no run of a script: a page of its own
+        from oomlab.site.estimate_page import estimate_page
+
+        return estimate_page(ex, number, total, reports)
+
     uri = page_uri(ex)
     script = ex.learner_path
     if not script.is_file():

@@ -23,13 +23,22 @@ from pathlib import Path
 
 from oomlab.errors import OomLabError
 from oomlab.sizing import PARTS
-from oomlab.sizing.config import OPTIMIZERS
-from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE
+from oomlab.sizing.config import OPTIMIZERS, config
+from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE, decode_config
 from oomlab.sizing.hidden import COUNT, hidden_configs, hidden_decode_configs
 from oomlab.sizing.sandboxed import estimator_file, run_estimator
 from oomlab.sizing.score import TOLERANCE, PartScore, score
 
-__all__ = ["SIZED", "MeasuringFailed", "Sized", "SizingReport", "available_optimizers", "grade_estimator", "measure_configs"]
+__all__ = [
+    "SIZED",
+    "MeasuringFailed",
+    "Sized",
+    "SizingReport",
+    "available_optimizers",
+    "estimate_hidden",
+    "grade_estimator",
+    "measure_configs",
+]
 
 MEASURE_TIME_LIMIT_S = 300.0
 
@@ -53,8 +62,10 @@ class Sized:
 
     name: str
     module: str  # measures its configs on the GPU: python -m MODULE
+    function: str  # the function of MODULE that measures one config: (config, device, meter) -> parts
     tolerance: dict[str, float]  # its parts, in order, each with its tolerance
     draw: Callable[[bytes, int], list]  # (the estimator's source, how many) -> the hidden configs
+    parse: Callable[[dict], object]  # a config as a dict -> the config, or the OomLabError that says what is wrong
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -63,9 +74,14 @@ class Sized:
 
 SIZED = {
     "train": Sized(
-        "train", "oomlab.sizing.measure", TOLERANCE, lambda source, count: hidden_configs(source, available_optimizers(), count)
+        "train",
+        "oomlab.sizing.measure",
+        "step_bytes",
+        TOLERANCE,
+        lambda source, count: hidden_configs(source, available_optimizers(), count),
+        config,
     ),
-    "decode": Sized("decode", "oomlab.sizing.decode", DECODE_TOLERANCE, hidden_decode_configs),
+    "decode": Sized("decode", "oomlab.sizing.decode", "decode_bytes", DECODE_TOLERANCE, hidden_decode_configs, decode_config),
 }
 assert SIZED["train"].parts == PARTS and SIZED["decode"].parts == DECODE_PARTS
 
@@ -147,9 +163,28 @@ def grade_estimator(
 ) -> SizingReport:
     """The ``estimate()`` in ``script`` graded on ``count`` configs of :data:`SIZED` ``[sized]`` drawn from its source;
     ``hide`` keeps more folders from it (a class's)."""
+    kind, configs, estimates = estimate_hidden(script, course_root, sized, count, sandbox_required, hide)
+    return measured_report(kind, configs, estimates)
+
+
+def estimate_hidden(
+    script: Path,
+    course_root: Path | None,
+    sized: str = "train",
+    count: int = COUNT,
+    sandbox_required: bool = True,
+    hide: tuple[Path, ...] = (),
+) -> tuple[Sized, list, list[dict[str, float]]]:
+    """The first half of :func:`grade_estimator`, which needs no GPU: the hidden configs and the estimator's answers
+    for them, made in its sandbox (so that an estimator that fails says so on any machine)."""
     script = estimator_file(script)
     kind = SIZED[sized]
     configs = kind.draw(estimator_source(script), count)
     estimates = run_estimator(script, [c.as_dict() for c in configs], course_root, sandbox_required, hide=hide, parts=kind.parts)
+    return kind, configs, estimates
+
+
+def measured_report(kind: Sized, configs: list, estimates: list[dict[str, float]]) -> SizingReport:
+    """The second half of :func:`grade_estimator`: the configs measured on this GPU, each answer scored against them."""
     measured, gpu, torch_version = measure_configs(configs, kind.module)
     return SizingReport(kind, configs, estimates, measured, gpu, torch_version)

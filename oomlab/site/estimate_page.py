@@ -1,0 +1,118 @@
+"""The page of an estimate exercise (``kind = "estimate"``), generated from its manifest and its estimator.
+
+Its own page, not a script exercise's with parts left out: nothing runs under a budget, so there is no budget,
+allocator setting, OOM or peak figure to show. In the order a learner needs it: the task, what is graded and
+within what tolerance, the shipped estimator (whose docstring states the config's fields), the public example
+configs, the hints, the classic mistakes (each an edit of the estimator, with the part it gets wrong and, once
+``oomlab dev verify`` measured it, whether it did), the alternatives, and the interview question.
+"""
+
+from __future__ import annotations
+
+from mkdocs.exceptions import PluginError
+
+from oomlab.course.manifest import Exercise
+from oomlab.grading.estimates import parts_of
+from oomlab.site.markdown import FRONT_MATTER, cell
+from oomlab.site.module_pages import page_uri, step_tag
+from oomlab.site.reports import Reports
+from oomlab.sizing.grade import SIZED
+from oomlab.sizing.hidden import COUNT
+
+__all__ = ["estimate_page"]
+
+WHAT = {"train": "one training step", "decode": "a greedy generation with a KV cache"}
+
+
+def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
+    """The whole page of estimate exercise ``number`` of ``total``, as Markdown."""
+    from oomlab.site.exercise_page import alternatives_section, fence, folded_edits, interview_section, prose
+
+    uri = page_uri(ex)
+    script = ex.learner_path
+    if not script.is_file():
+        raise PluginError(f"{ex.manifest_path}: its estimator {script} does not exist.")
+    rel_script = script.relative_to(ex.root).as_posix()
+    kind = SIZED[ex.sizes]
+    md = [
+        f"# {ex.title}",
+        "",
+        f"Exercise {number} of {total}. Workflow step: {step_tag(uri, ex)}.",
+        "",
+        prose(ex.summary),
+        "",
+        "| Exercise | |",
+        "|---|---|",
+        f"| You write | `estimate(config)`: the bytes of each part of {WHAT[ex.sizes]} |",
+        f"| Graded on | {COUNT} hidden configs drawn from your estimator's own text, each measured on the GPU |",
+        "| Memory budget | none: nothing of yours runs on the GPU |",
+        f"| The file you edit | `{rel_script}` |",
+        "",
+        "## Run it",
+        "",
+        fence(
+            f"oomlab run {ex.id}     # your estimate for the examples below, beside the CPU's count of each\n"
+            f"oomlab check {ex.id}   # grade it: every part of every hidden config within its tolerance\n"
+            f"oomlab hint {ex.id}    # the next hint",
+            "bash",
+        ),
+        "",
+        "## What the grader checks",
+        "",
+        "Your `estimate()` answers for every hidden config first, in a sandbox with no GPU and no answer in reach; "
+        "then each config runs on the GPU, read from the caching allocator. It passes when every part of every "
+        "config is within its tolerance of the measured bytes.",
+        "",
+        "| Part | Tolerance |",
+        "|---|---|",
+        *(f"| `{part}` | ±{kind.tolerance[part]:.0%} |" for part in parts_of(ex)),
+        "",
+        f"## The estimator: `{rel_script}`",
+        "",
+        "As shipped: it counts parameters at four bytes each and little else. Its docstring says what each field "
+        "of the config means.",
+        "",
+        fence(script.read_text(encoding="utf-8"), f'python linenums="1" title="{rel_script}"'),
+        "",
+        "## Example configs",
+        "",
+        f"Public, unlike the graded ones: `oomlab run {ex.id}` shows your estimate for each beside the same "
+        "configs counted on the CPU, tensor by tensor (no GPU allocator rounding, no library workspace).",
+        "",
+        "| # | " + " | ".join(ex.examples[0]) + " |",
+        "|---|" + "---|" * len(ex.examples[0]),
+        *(f"| {i} | " + " | ".join(cell(str(v)) for v in cfg.values()) + " |" for i, cfg in enumerate(ex.examples, 1)),
+        "",
+        "## Hints",
+        "",
+        f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.",
+        "",
+    ]
+    for i, hint in enumerate(ex.hints, 1):
+        md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
+    md += mistakes_section(ex, reports, prose, folded_edits)
+    md += alternatives_section(ex, reports)
+    md += interview_section(ex)
+    return FRONT_MATTER + "\n".join(md) + "\n"
+
+
+def mistakes_section(ex: Exercise, reports: Reports, prose, folded_edits) -> list[str]:
+    """The classic mistakes, each an edit of the shipped estimator, with the part it gets wrong."""
+    row = reports.measured(ex.id) or {}
+    runs = {f.get("name"): f for f in row.get("wrong_fixes") or []}
+    md = [
+        "## Classic mistakes",
+        "",
+        "Each is an edit of the shipped estimator that the course grades, and the part it gets wrong.",
+        "",
+    ]
+    for fix in ex.wrong_fixes:
+        run = runs.get(fix.name)
+        result = ""
+        if run:
+            result = (
+                f" Measured: {'gets' if fix.expect in (run.get('failed_parts') or []) else 'does NOT get'} `{fix.expect}` wrong."
+            )
+        md += [f'??? failure "`{fix.name}`: gets `{fix.expect}` wrong"', "", f"    {prose(fix.why)}{result}", ""]
+        md += folded_edits(fix)
+    return md

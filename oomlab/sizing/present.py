@@ -1,0 +1,76 @@
+"""An estimate in the terminal: each config's parts, the estimate beside the measurement (or the CPU's count).
+
+:func:`scores_table` is a grade (``oomlab check`` on an estimate exercise): every part of every hidden config, the
+measured bytes, the error and the tolerance, and whether it is within. :func:`examples_table` is ``oomlab run``'s:
+the learner's answers for the exercise's public examples beside the same configs counted on the CPU, which is no
+grade (no allocator rounding, no library workspace) and says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+from rich.text import Text
+
+from oomlab.sizing.score import PartScore
+from oomlab.units import in_mib
+
+__all__ = ["brief", "examples_table", "scores_table"]
+
+
+def brief(cfg: dict) -> str:
+    """A config on one line: its fields as ``name=value``."""
+    return ", ".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def _error(s: PartScore) -> str:
+    return "no bytes measured" if math.isinf(s.error) else f"{s.error:+.1%}"
+
+
+def scores_table(report) -> Table:
+    """A :class:`oomlab.sizing.grade.SizingReport` as a table: one section per config, one row per part."""
+    title = f"{report.within} of {report.total} parts within tolerance"
+    if report.gpu:
+        title += f", measured on {report.gpu}, torch {report.torch}"
+    table = Table(header_style="bold", title=title, title_justify="left")
+    for col in ("config", "part", "estimate MiB", "measured MiB", "error", "tolerance", ""):
+        table.add_column(col, justify="right" if "MiB" in col or col in ("error", "tolerance") else "left")
+    for i, (cfg, row) in enumerate(zip(report.configs, report.scores, strict=True), 1):
+        for j, s in enumerate(row):
+            mark = Text("✓", style="green") if s.within else Text("✗", style="bold red")
+            table.add_row(
+                Text(f"{i}. {brief(cfg.as_dict())}") if j == 0 else "",
+                s.part,
+                in_mib(s.estimated),
+                in_mib(s.measured),
+                _error(s),
+                f"±{s.tolerance:.0%}",
+                mark,
+                end_section=j == len(row) - 1,
+            )
+    return table
+
+
+def examples_table(examples: list[dict], estimates: list[dict], counts: list[dict], parts: tuple[str, ...]) -> Table:
+    """The learner's estimates for the public examples beside the CPU's count of each part."""
+    table = Table(
+        header_style="bold",
+        title="Your estimate beside the CPU's count of the same step: every tensor it makes, followed on the CPU "
+        "(no GPU allocator rounding, no library workspace; the grade is the GPU's measurement)",
+        title_justify="left",
+    )
+    for col in ("example", "part", "your estimate MiB", "CPU count MiB", "off by"):
+        table.add_column(col, justify="right" if "MiB" in col or col == "off by" else "left")
+    for i, (cfg, estimate, counted) in enumerate(zip(examples, estimates, counts, strict=True), 1):
+        for j, part in enumerate(parts):
+            s = PartScore(part, estimate[part], counted[part], 0.0)
+            table.add_row(
+                Text(f"{i}. {brief(cfg)}") if j == 0 else "",
+                part,
+                in_mib(estimate[part]),
+                in_mib(counted[part]),
+                _error(s),
+                end_section=j == len(parts) - 1,
+            )
+    return table

@@ -1,0 +1,275 @@
+"""The exercises of kind "estimate" (size-a-training-step, size-a-decoder), on the CPU: their manifests, their truth
+check end to end with the CPU's count standing in for the GPU, and `oomlab run` and `check` on them.
+
+The GPU's measurement is the truth an estimate is graded on (``pytest graders --solutions`` and ``oomlab dev verify``
+on a GPU); here the same configs are counted tensor by tensor (:mod:`oomlab.sizing.cpu_count`), on small configs
+in place of the hidden ones, which take minutes to count on a CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from oomlab.course import Course
+from oomlab.course.manifest import load_exercise
+from oomlab.errors import OomLabError
+from oomlab.measure import sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+ESTIMATES = ("size-a-training-step", "size-a-decoder")
+TINY = {  # what `oomlab run` counts in the CLI's tests: a step or a generation of a second's tenth on the CPU
+    "train": dict(layers=1, width=32, heads=2, sequence=16, batch=2, vocabulary=64),
+    "decode": dict(layers=1, width=32, heads=4, kv_heads=2, prompt=8, new_tokens=4, batch=2, vocabulary=64),
+}
+
+
+def draft(ex_id: str, root: Path = REPO):
+    return Course(root, working_tree=True).draft(ex_id)
+
+
+def landlock():
+    abi, why = sandbox.availability()
+    if not abi:
+        pytest.skip(f"no Landlock here: {why}")
+
+
+# -- the manifest -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ex_id", ESTIMATES)
+def test_an_estimate_exercise_is_a_draft_with_examples_and_wrong_fixes_that_name_a_part(ex_id):
+    from oomlab.sizing.grade import SIZED
+
+    course = Course(REPO, working_tree=True)
+    assert ex_id in course.drafts
+    ex = course.draft(ex_id)
+    assert ex.is_estimate and ex.file == "estimate.py" and ex.budget_bytes == 0 and not ex.checks
+    assert ex.solution_path.is_file() and len(ex.hints) == 3 and len(ex.interview.answer.split()) >= 150
+    kind = SIZED[ex.sizes]
+    assert all(kind.parse(cfg) for cfg in ex.examples) and 2 <= len(ex.examples) <= 3
+    assert {fix.expect for fix in ex.wrong_fixes} <= set(kind.parts)
+    bug = ex.learner_path.read_text(encoding="utf-8")
+    for fix in ex.wrong_fixes:
+        compile(fix.apply(bug), fix.name, "exec")
+
+
+def edited(tmp_path: Path, ex_id: str, find: str, replace: str) -> Path:
+    """A copy of ``ex_id``'s folder whose manifest has ``find`` replaced (``find`` must be in it once)."""
+    folder = tmp_path / "exercises" / ex_id
+    shutil.copytree(REPO / "exercises" / ex_id, folder)
+    manifest = folder / "exercise.toml"
+    text = manifest.read_text(encoding="utf-8")
+    assert text.count(find) == 1, find
+    manifest.write_text(text.replace(find, replace), encoding="utf-8")
+    return manifest
+
+
+@pytest.mark.parametrize(
+    "ex_id, find, replace, said",
+    [
+        ("size-a-decoder", 'kind = "estimate"', 'kind = "guess"', "kind 'guess' is not one of script, estimate"),
+        ("size-a-decoder", 'sizes = "decode"', 'sizes = "serve"', "sizes 'serve' is not one of train, decode"),
+        ("size-a-decoder", 'sizes = "decode"\n', "", "the key 'sizes' is missing"),
+        ("size-a-decoder", 'file = "estimate.py"', 'file = "estimate.py"\nbudget_bytes = 1', "has no 'budget_bytes'"),
+        ("size-a-decoder", 'file = "estimate.py"', 'file = "estimate.py"\nsymptom = "no_oom"', "has no 'symptom'"),
+        ("size-a-decoder", 'file = "estimate.py"', 'file = "estimate.py"\nchecks = { no_oom = {} }', "has no 'checks'"),
+        ("size-a-decoder", "kv_heads = 2\n", "kv_heads = 3\n", r"\[\[examples\]\] 1: .*must divide by its kv_heads \(3\)"),
+        ("size-a-decoder", 'expect = "weights"', 'expect = "no_oom"', "expects 'no_oom', which is no part of"),
+        ("size-a-decoder", "[[examples]]\nlayers = 4", "[nothing]\nlayers = 4", r"has 2 or 3 \[\[examples\]\], found 1"),
+    ],
+    ids=["kind", "sizes", "no-sizes", "budget", "symptom", "checks", "bad-example", "expect-no-part", "examples"],
+)
+def test_an_estimate_manifest_says_what_is_wrong_in_it(tmp_path, ex_id, find, replace, said):
+    from oomlab.grading.estimates import validate
+
+    manifest = edited(tmp_path, ex_id, find, replace)
+    with pytest.raises(OomLabError, match=said):  # the manifest's form when it loads, the sizing's names before a run
+        validate(load_exercise(manifest, tmp_path, REPO / "solutions"))
+
+
+def test_a_script_exercise_says_an_estimators_keys_are_not_its_own(tmp_path):
+    manifest = edited(tmp_path, "eval-graphs", 'file = "train.py"', 'file = "train.py"\nsizes = "train"')
+    with pytest.raises(OomLabError, match="'sizes' belongs to an estimate exercise, and this one is a script"):
+        load_exercise(manifest, tmp_path, REPO / "solutions")
+
+
+# -- the truth check, the CPU standing in for the GPU -----------------------------------------------------------------
+
+SMALL = {  # small configs of every kind the wrong fixes get wrong: each optimizer and precision, grouped heads, batches
+    "train": [
+        dict(
+            layers=2,
+            width=64,
+            heads=4,
+            sequence=64,
+            batch=2,
+            vocabulary=2000,
+            precision="fp32",
+            optimizer="adamw",
+            checkpointing=False,
+        ),
+        dict(
+            layers=3,
+            width=64,
+            heads=2,
+            sequence=32,
+            batch=4,
+            vocabulary=500,
+            precision="bf16-autocast",
+            optimizer="sgd-momentum",
+            checkpointing=True,
+        ),
+        dict(
+            layers=1,
+            width=128,
+            heads=4,
+            sequence=64,
+            batch=1,
+            vocabulary=4000,
+            precision="bf16",
+            optimizer="sgd",
+            checkpointing=False,
+        ),
+    ],
+    "decode": [
+        dict(layers=2, width=64, heads=4, kv_heads=1, prompt=32, new_tokens=8, batch=2, vocabulary=500, precision="fp32"),
+        dict(layers=2, width=64, heads=8, kv_heads=2, prompt=16, new_tokens=32, batch=4, vocabulary=300, precision="bf16"),
+        dict(layers=1, width=128, heads=4, kv_heads=4, prompt=64, new_tokens=4, batch=1, vocabulary=2000, precision="fp32"),
+    ],
+}
+
+
+@functools.cache
+def counted(sizes: str, cfg) -> tuple:
+    from oomlab.sizing.cpu_count import count_on_cpu
+    from oomlab.sizing.grade import SIZED
+
+    return tuple(count_on_cpu(SIZED[sizes], cfg).items())
+
+
+@pytest.fixture
+def cpu_for_gpu(monkeypatch):
+    """Grading with the small configs in place of the hidden ones, each counted on the CPU in place of the GPU."""
+    import oomlab.sizing.grade as grade
+
+    for sizes, kind in grade.SIZED.items():
+        small = [kind.parse(c) for c in SMALL[sizes]]
+        monkeypatch.setitem(grade.SIZED, sizes, dataclasses.replace(kind, draw=lambda source, count, small=small: small))
+
+    def measure(configs, module, time_limit_s=0):
+        sizes = next(s for s, k in grade.SIZED.items() if k.module == module)
+        return [dict(counted(sizes, c)) for c in configs], "the CPU", "counted"
+
+    monkeypatch.setattr(grade, "measure_configs", measure)
+
+
+@pytest.mark.parametrize("ex_id", ESTIMATES)
+def test_the_truth_check_of_an_estimate_exercise_behaves_as_its_manifest_says(ex_id, course_copy, cpu_for_gpu):
+    """The reference passes, the estimator as shipped fails, each wrong fix gets its own part wrong: end to end, each
+    estimator in its sandbox, the report's rows as ``verify.json`` holds them."""
+    pytest.importorskip("torch")
+    landlock()
+    from oomlab.grading import truth
+
+    ex = draft(ex_id, course_copy)
+    runs = truth.variants(ex)
+    assert [v.kind for v in runs] == ["solution", "bug", *["wrong-fix"] * len(ex.wrong_fixes)]
+    measured = [truth.check_estimate(v) for v in runs]
+    for (row, report), v in zip(measured, runs, strict=True):
+        assert row["as_expected"], truth.explain_estimate(row, report)
+        assert row["configs"] == 3 and row["total"] == 3 * len(report.sized.parts)
+        if v.kind == "wrong-fix":
+            assert v.expect <= set(row["failed_parts"]), (v.name, row["failed_parts"])
+    row = truth.estimate_row(ex, [r for r, _ in measured], "the CPU", "counted")
+    assert row["solution"]["verdict"] == "pass" and row["buggy"]["verdict"] == "fail" and truth.all_as_expected([row])
+    assert row["sources"] == truth.source_digest(ex) and row["cheats"] == []
+
+
+# -- the learner's commands -------------------------------------------------------------------------------------------
+
+
+def promoted(root: Path) -> Path:
+    """``root``'s course with the estimate exercises moved from the drafts into its first module, their examples tiny."""
+    path = root / "exercises" / "modules.toml"
+    text = path.read_text(encoding="utf-8")
+    drafts = re.search(r"^drafts = \[(.*)\]$", text, flags=re.M)
+    kept = [d for d in re.findall(r'"([^"]+)"', drafts.group(1)) if d not in ESTIMATES]
+    text = text[: drafts.start()] + f"drafts = {kept!r}".replace("'", '"') + text[drafts.end() :]
+    text = re.sub(
+        r"(\[\[modules\]\][^\[]*?exercises = \[\n)", r'\1    "size-a-training-step",\n    "size-a-decoder",\n', text, count=1
+    )
+    path.write_text(text, encoding="utf-8")
+    for ex_id, sizes in zip(ESTIMATES, ("train", "decode"), strict=True):
+        manifest = root / "exercises" / ex_id / "exercise.toml"
+        text = manifest.read_text(encoding="utf-8")
+        first = text.index("[[examples]]")
+        rest = text.index("[interview]")
+        tiny = "".join(
+            "[[examples]]\n" + "".join(f"{k} = {v}\n" for k, v in {**TINY[sizes], **dict(precision=f'"{p}"')}.items()) + "\n"
+            for p in (("fp32", "bf16") if sizes == "decode" else ("fp32", "bf16-autocast"))
+        )
+        manifest.write_text(text[:first] + tiny + text[rest:], encoding="utf-8")
+    return root
+
+
+def cli_env(root: Path) -> dict:
+    """The environment tests/test_cli.py runs the commands in."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE")}
+    return {**env, "OOMLAB_ROOT": str(root), "COLUMNS": "200", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_needs_a_gpu(course_copy):
+    pytest.importorskip("torch")
+    from oomlab.measure.machine import has_nvidia_driver
+    from tests.forked_commands import oomlab_commands
+    from tests.test_cli import oomlab
+
+    root = promoted(course_copy)
+    assert [e.id for e in Course(root, working_tree=True).exercises][:2] == list(ESTIMATES)
+    rc, out = oomlab(root, "list")
+    assert rc == 0 and "size-a-training-step" in out and "none" in out, out
+
+    rc, out = oomlab(root, "run", "size-a-decoder")
+    assert rc == 0, out
+    assert "Your estimate beside the CPU's count" in out and "no GPU allocator rounding" in out, out
+    assert out.count("kv_cache") == 2 and "1. layers=1, width=32" in out and "-100.0%" in out, out  # no cache at all
+
+    rc, out = oomlab(root, "check", "size-a-training-step")
+    assert rc == 2, out
+    if not has_nvidia_driver():
+        assert "has no NVIDIA driver" in out and "measuring the 6 configs your estimate is graded on needs an NVIDIA GPU" in out
+
+    estimator = root / "exercises" / "size-a-training-step" / "estimate.py"
+    estimator.write_text("def estimate(config):\n    return 1 / 0\n", encoding="utf-8")
+    # The estimator answers before anything is measured: its failure is said on any machine, with its last frames.
+    proc = oomlab_commands.run(["check", "size-a-training-step"], root, cli_env(root), 120, program="oomlab")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "estimate() failed on config 1" in out and "ZeroDivisionError" in out, out
+    rc, out = oomlab(root, "hint", "size-a-training-step")
+    assert rc == 0 and "Hint 1 of 3" in out
+
+
+# -- the site ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ex_id", ESTIMATES)
+def test_the_page_of_an_estimate_exercise_shows_the_task_its_tolerances_and_examples_and_no_budget(ex_id):
+    pytest.importorskip("mkdocs")
+    from oomlab.grading.estimates import parts_of
+    from oomlab.site.exercise_page import exercise_page
+    from oomlab.site.reports import Reports
+
+    ex = draft(ex_id)
+    page = exercise_page(ex, 1, 1, Reports(exercises=[ex]))
+    assert f"# {ex.title}" in page and "Memory budget | none" in page and "PYTORCH_CUDA_ALLOC_CONF" not in page
+    assert all(f"| `{part}` | ±" in page for part in parts_of(ex)) and "## Example configs" in page
+    assert all(f"`{fix.name}`: gets `{fix.expect}` wrong" in page for fix in ex.wrong_fixes)
+    assert "## Hints" in page and "## In an interview" in page and "def estimate(config):" in page
