@@ -4,7 +4,7 @@ Student ``k`` submits, for each exercise of the assignment, variant ``k`` modulo
 exercise's variants, in the order the manifest gives them: the reference fix, the
 seeded bug, each tempting wrong fix, each accepted alternative. So a class holds
 every kind of submission the truth check measures, in about equal numbers, and
-each has a known verdict: the fixes earn every memory point, the rest do not.
+each has a known verdict: the fixes earn every memory point (an estimate, every part), the rest do not.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from oomlab.classroom.build import assignments, build_course
 from oomlab.classroom.classgrade import nbgrader_env
 from oomlab.classroom.layout import EXERCISE_ROLE, PINNED
-from oomlab.classroom.scoring import POINTS_PER_CHECK, magic_line, memory_checks
+from oomlab.classroom.scoring import POINTS_PER_CHECK, graded, magic_line
 from oomlab.course import Course
 from oomlab.errors import OomLabError
 from oomlab.grading.truth import variants as truth_variants
@@ -79,7 +79,7 @@ def bench_class(folder: Path, assignment: str, students: int) -> dict:
     wrong = []
     for row in report["rows"]:
         variant, fix = made[(row["student"], row["notebook"])]
-        full = POINTS_PER_CHECK * len(memory_checks(course.get(row["notebook"])))
+        full = POINTS_PER_CHECK * len(graded(course.get(row["notebook"])))
         if ((row["score"] or 0) == full) != fix:  # the interview answers are left blank: the score is the memory points
             wrong.append(f"{row['student']} {row['notebook']} ({variant}): {row['score']}")
     return {

@@ -36,9 +36,9 @@ from oomlab.course.shipped import shipped_root
 from oomlab.course.state import NAME as STATE
 from oomlab.course.state import read_error, shown, write_atomic
 from oomlab.errors import OomLabError
-from oomlab.grading.checks import validate
+from oomlab.grading import checks, estimates
 
-__all__ = ["Built", "assignments", "build_course", "config_text", "instructor_config"]
+__all__ = ["Built", "assignments", "build_course", "config_text", "instructor_config", "time_limit_s"]
 
 COURSE_ID = "oomlab"
 EXCHANGE = "exchange"  # nbgrader's exchange, beside the course (nbgrader_config.py)
@@ -86,9 +86,14 @@ c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/]+?)--(?P<file_i
 """
 
 
+def time_limit_s(ex: Exercise) -> float:
+    """How long the measuring cell of ``ex`` may run, before processes start: a script's run, or an estimate's grading."""
+    return estimates.TIME_LIMIT_S if ex.is_estimate else ex.time_limit_s
+
+
 def config_text(course: Course) -> str:
     """``oomlab_config.py``, with the timeouts this course's exercises need."""
-    limit = max(e.time_limit_s for e in course.exercises)
+    limit = max(time_limit_s(e) for e in course.exercises)
     timeout = int(2 * (limit + START_S))
     order = ", ".join(assignments(course))
     return f'''# The nbgrader settings OOM Lab's grading needs, written by `oomlab nbgrader build` (oomlab {__version__}) on
@@ -115,8 +120,9 @@ if os.name == "posix":
     c.KernelManager.transport = "ipc"
     c.KernelManager.ip = os.path.join(tempfile.gettempdir(), f"oomlab-kernel-{{os.getpid()}}")
 
-# The measuring cell runs the learner's script in a process of its own (time limit {limit:g} s) and, the first
-# time on a GPU, the reference fix as well; each process takes up to {START_S} s more to start.
+# The measuring cell runs the learner's script in a process of its own, or an estimator and then its configs' runs
+# (the longest of these may take {limit:g} s), and, the first time on a GPU, the reference fix as well; each process
+# takes up to {START_S} s more to start.
 c.Execute.timeout = {timeout}
 c.Execute.interrupt_on_timeout = True
 # Once every cell has run, the kernel is stopped at once. Asked to shut down gracefully, an ipykernel before
@@ -158,7 +164,8 @@ def _planned(course: Course) -> dict[str, bytes]:
     files = {OURS: config_text(course).encode(), ".gitignore": f"{PINNED}/{STATE}/\n".encode()}
     files[f"{PINNED}/exercises/{MODULE_LIST}"] = course.modules_file.read_bytes()  # the order and the modules
     for ex in course.exercises:
-        validate(ex)  # the notebooks' cells score the checks the manifest names
+        # the notebooks' cells score the checks, or the parts, that the manifest names
+        (estimates.validate if ex.is_estimate else checks.validate)(ex)
         files[f"{PINNED}/exercises/{ex.id}/exercise.toml"] = ex.manifest_path.read_bytes()
         files[f"{PINNED}/exercises/{ex.id}/{ex.file}"] = shipped_source(ex).encode()
         files[f"{PINNED}/solutions/{ex.id}/{ex.file}"] = ex.solution_path.read_bytes()

@@ -16,10 +16,21 @@ A run that could not be graded (no GPU, a syntax error, a crash, the time limit,
 a notebook built from another version of the exercise) raises :class:`NotGraded`
 in every graded cell, saying why: no cell passes where nothing was measured.
 
+An estimate exercise's file holds ``estimate(config)``. :func:`measure` grades it as
+``oomlab check`` does (:func:`oomlab.grading.estimates.grade_estimate`: its answers for
+the hidden configs in its sandbox, then each config run on the GPU) and prints the same
+table; :func:`part` turns one part into a cell's score: within its tolerance on every
+hidden config, or not. In a class's folder the grade is strict (the estimator runs
+sandboxed or nothing is graded) with the whole class folder out of its reach, and it is
+the grade ``oomlab nbgrader autograde`` made before nbgrader ran, where there is one
+(:mod:`oomlab.classroom.measured`). An estimator that fails to load or answer is said on
+any machine; only then does grading need a GPU.
+
 In a student build of oomlab (``oomlab nbgrader student-wheel``: no reference
-fixes) there is nothing to grade against: :func:`measure` still runs the script
-under the budget and shows its figures, and every cell says that the grade comes
-from the instructor.
+fixes) there is nothing to grade a script against: :func:`measure` still runs the
+script under the budget and shows its figures, and every cell says that the grade
+comes from the instructor. An estimate needs no reference fix: it is graded there as
+``oomlab check`` grades it, and the instructor's grade is made the same way.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ from pathlib import Path
 
 from oomlab.errors import OomLabError
 
-__all__ = ["CheckFailed", "NotGraded", "check", "honest", "measure"]
+__all__ = ["CheckFailed", "NotGraded", "check", "honest", "measure", "part"]
 
 
 class _CellError(Exception):
@@ -57,7 +68,7 @@ class CheckFailed(_CellError):
 @dataclass
 class _Outcome:
     script_text: str
-    report: object | None  # oomlab.grading.verdict.Report
+    report: object | None  # oomlab.grading.verdict.Report; an estimate's, oomlab.sizing.grade.SizingReport
     reason: list[str]  # why it was not graded: nothing measured (report None), or the script did not run to its end
     shown: str = ""  # a run measured but not graded (a student build): its figures, as text
 
@@ -148,6 +159,8 @@ def _grade(ex_id: str) -> _Outcome:
         ) from None
     except OSError as err:
         raise NotGraded([f"Cannot read {script}: {err.strerror or err}.", "Make it readable and run the cell again."]) from None
+    if ex.is_estimate:
+        return _estimated(ex, script, text)
     try:  # no NVIDIA driver: say so now, not after a measuring process has imported torch to find no GPU (seconds)
         refuse_without_a_driver(script, f"measuring {script.name}")
     except OomLabError as err:
@@ -169,6 +182,23 @@ def _grade(ex_id: str) -> _Outcome:
                 *(f"{check_line(c)}: {c.detail}" for c in report.checks if not c.passed),  # what it reached for
             ],
         )
+    return _Outcome(text, report, [])
+
+
+def _estimated(ex, script: Path, text: str) -> _Outcome:
+    """An estimator's grade: the one kept for its exact text in a class's folder, else graded now (see the module's
+    docstring). Its failure to answer, or a machine that cannot measure, is the reason nothing was graded."""
+    from oomlab.classroom import measured
+    from oomlab.classroom.layout import class_root
+    from oomlab.grading.estimates import grade_estimate
+
+    root = class_root()
+    if root is not None and (kept := measured.load_estimate(ex, script)) is not None:
+        return _Outcome(text, kept, [])
+    try:
+        report = grade_estimate(ex, script, strict=root is not None, hide=() if root is None else (root,))
+    except OomLabError as err:
+        return _Outcome(text, None, _error_lines(err))
     return _Outcome(text, report, [])
 
 
@@ -216,10 +246,20 @@ def _graded(ex_id: str):
     return outcome.report
 
 
+def _print_grade(console, report) -> None:
+    """What ``oomlab check`` prints of a grade: a script's checks, or an estimate's parts of every hidden config."""
+    from oomlab.grading.present import print_report
+    from oomlab.sizing.grade import SizingReport
+    from oomlab.sizing.present import scores_table
+
+    if isinstance(report, SizingReport):
+        console.print(scores_table(report))
+    else:
+        print_report(console, report)
+
+
 def measure(ex_id: str, sources: str) -> None:
     """The measuring cell: grade the exercise's file now and print what ``oomlab check`` prints."""
-    from oomlab.grading.present import print_report
-
     _pinned[ex_id] = sources
     _last.pop(ex_id, None)
     try:
@@ -229,14 +269,14 @@ def measure(ex_id: str, sources: str) -> None:
             print(_last[ex_id].shown)
         print("\n".join(["Not graded:", *err.lines]))
         return
-    print(_plain(lambda console: print_report(console, report)))
+    print(_plain(lambda console: _print_grade(console, report)))
     print(f"{ex_id} {'passes' if report.passed else 'does not pass yet'}.")
 
 
 def check(ex_id: str, name: str) -> None:
     """A graded cell: passes when the check ``name`` passed on the exercise's file."""
     report = _graded(ex_id)
-    result = next((c for c in report.checks if c.name == name), None)
+    result = next((c for c in getattr(report, "checks", ()) if c.name == name), None)
     if result is None:
         raise NotGraded([f"{ex_id} has no check {name!r}: this notebook does not match its exercise.", "Rebuild the course."])
     if not result.passed:
@@ -263,3 +303,16 @@ def honest(ex_id: str) -> None:
         for c in failed:
             lines += [check_line(c), *filter(None, [c.detail])]
         raise CheckFailed(lines)
+
+
+def part(ex_id: str, name: str) -> None:
+    """A graded cell of an estimate exercise: passes when the part ``name`` is within its tolerance on every hidden config."""
+    from oomlab.sizing.grade import SizingReport
+    from oomlab.sizing.present import off_lines, part_line
+
+    report = _graded(ex_id)
+    if not isinstance(report, SizingReport) or name not in report.sized.parts:
+        raise NotGraded([f"{ex_id} has no part {name!r}: this notebook does not match its exercise.", "Rebuild the course."])
+    if off := off_lines(report, name):
+        raise CheckFailed([part_line(report, name), *off])
+    print(f"PASS {part_line(report, name)}")

@@ -12,7 +12,9 @@ four steps:
    notebook does, with the reason;
 2. **Measure** the script of each exercise cell, as the grading preprocessor will
    write it, all at once, forked from warm servers (:mod:`oomlab.measure.warm`),
-   and keep each measurement for the notebook to find (:mod:`oomlab.classroom.measured`);
+   and keep each measurement for the notebook to find (:mod:`oomlab.classroom.measured`).
+   An estimate exercise's estimators are graded after them, one after another, since
+   each grading runs its configs on the whole GPU, and each grade is kept the same way;
 3. **Autograde** with nbgrader itself, several processes at once, each grading a
    share of the students (``nbgrader autograde`` with the others excluded). Two
    failures are the machine's, never the student's, and their run goes again: the gradebook is SQLite, so a run that finds it locked
@@ -21,8 +23,8 @@ four steps:
    may take it first) is started again. Each notebook's cells find their
    measurement and check it;
 4. **Report** who scored what, from the gradebook, and for every point lost the
-   check and the reason, from the same checks the cells ran; also as JSON, in
-   ``reports/ASSIGNMENT.json``.
+   check (or the estimate's part) and the reason, from the same checks the cells ran;
+   also as JSON, in ``reports/ASSIGNMENT.json``.
 
 Plain ``nbgrader autograde`` grades the same, one notebook at a time, measuring
 each in turn.
@@ -52,11 +54,12 @@ from oomlab.classroom.build import assignments
 from oomlab.classroom.cells import check_line
 from oomlab.classroom.layout import PINNED, course_folder
 from oomlab.classroom.preprocessors import exercise_cell, script_of
-from oomlab.classroom.scoring import honesty_checks, memory_checks, script_name
+from oomlab.classroom.scoring import graded_name, honesty_checks, memory_checks, script_name
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
 from oomlab.course.state import StateDir, shown, write_atomic, write_error
 from oomlab.errors import OomLabError
+from oomlab.grading.estimates import failed_parts, grade_estimate
 from oomlab.grading.present import unfinished
 from oomlab.grading.reference import measure_reference
 from oomlab.grading.verdict import grade, require_witness
@@ -64,6 +67,8 @@ from oomlab.measure import warm
 from oomlab.measure.declared import declared_alloc_conf
 from oomlab.measure.harness import MACHINE_PROBLEMS, child_env, measure_exercise_file
 from oomlab.measure.machine import has_nvidia_driver, machine_error, no_driver, parallel_runs
+from oomlab.sizing.grade import MeasuringFailed
+from oomlab.sizing.present import part_line
 
 __all__ = ["ClassReport", "Row", "grade_class", "nbgrader_env"]
 
@@ -87,7 +92,7 @@ class Row:
     student: str
     notebook: str
     reasons: list[str] = field(default_factory=list)
-    why: dict[str, str] = field(default_factory=dict)  # check name -> why it lost its points
+    why: dict[str, str] = field(default_factory=dict)  # check name (an estimate's part) -> why it lost its points
     score: float | None = None
     max_score: float | None = None
     # Each graded cell's points as the gradebook has them (check-NAME, interview-answer): [score, max_score].
@@ -123,6 +128,7 @@ class _Submission:
     path: Path  # the submitted notebook
     script: str | None = None  # what its exercise cell writes; None when it has none
     problem: str = ""  # why it cannot be graded at all
+    not_answered: str = ""  # why its estimator gave no answers to grade: its own error, which its notebook says too
     unreadable: bool = False  # not a notebook: set aside before nbgrader runs, which would drop the whole assignment
 
 
@@ -178,14 +184,65 @@ def _submissions(root: Path, course: Course, assignment: str, students: list[str
 
 
 def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[[str], None]) -> int:
-    """Measure every distinct script once, ``jobs`` at a time, and keep each measurement for its notebooks."""
-    pinned = root / PINNED
+    """Measure every distinct script once, ``jobs`` at a time, then grade every distinct estimator once, one after
+    another; keep each measurement and grade for its notebooks. Returns how many were measured or graded."""
     todo = {(s.ex.id, s.script): s for s in subs if s.script is not None}
-    exercises = list({s.ex.id: s.ex for s in todo.values()}.values())
-    if not exercises:
+    if not todo:
         return 0
     if not has_nvidia_driver():  # said at once: the warm servers and the references would import torch to find no GPU
         raise instructors_error(no_driver("measuring"))
+    estimators = [s for s in todo.values() if s.ex.is_estimate]
+    if estimators:  # said before anything is measured: every estimator would fail alike, and score nothing
+        _require_a_sandbox()
+    scripts = {key: s for key, s in todo.items() if not s.ex.is_estimate}
+    if scripts:
+        _measure_scripts(root, scripts, jobs, note)
+    if estimators:
+        note(f"{len(estimators)} distinct estimator(s), one after another (each runs its configs on the whole GPU)")
+        failed = _grade_estimators(root, estimators)
+        for sub in subs:
+            sub.not_answered = failed.get((sub.ex.id, sub.script), "")
+    return len(todo)
+
+
+def _require_a_sandbox() -> None:
+    """An estimator is graded sandboxed or not at all: a machine without the sandbox is the instructor's to change."""
+    from oomlab.measure.sandbox import availability
+
+    abi, why = availability()
+    if not abi:
+        raise instructors_error(
+            OomLabError(f"the sandbox that keeps an estimator from the GPU and the answers is unavailable here ({why}).")
+        )
+
+
+def _grade_estimators(root: Path, estimators: list[_Submission]) -> dict[tuple[str, str], str]:
+    """Grade each estimator once, as its notebook would, one after another, and keep each grade for its notebooks.
+
+    Returns those that gave no answers to grade (their own error: it does not load, raises, answers nonsense), each
+    with the error on one line; a machine that cannot measure the configs stops the class.
+    """
+    failed = {}
+    for sub in estimators:
+        path = _script_path(sub)
+        write_atomic(path, sub.script)
+        try:
+            # Sandboxed, with the whole class folder out of reach, as a script's run is.
+            report = grade_estimate(sub.ex, path, strict=True, hide=(root,))
+        except MeasuringFailed as err:
+            raise instructors_error(err) from None
+        except OomLabError as err:
+            lines = err.what.strip().splitlines()
+            failed[(sub.ex.id, sub.script)] = " ".join(dict.fromkeys([lines[0], lines[-1]]))  # what, and its last frame
+            continue
+        measured.store_estimate(sub.ex, sub.script, report)
+    return failed
+
+
+def _measure_scripts(root: Path, todo: dict[tuple[str, str], _Submission], jobs: int, note: Callable[[str], None]) -> None:
+    """Measure every distinct script once, ``jobs`` at a time, and keep each measurement for its notebooks."""
+    pinned = root / PINNED
+    exercises = list({s.ex.id: s.ex for s in todo.values()}.values())
     confs = [ex.alloc_conf for ex in exercises] + [c for _, text in todo if (c := declared_alloc_conf(text)) is not None]
 
     def one(sub: _Submission) -> None:
@@ -209,7 +266,6 @@ def _measure_all(root: Path, subs: list[_Submission], jobs: int, note: Callable[
                 raise instructors_error(machine_error(ref, ex))
         note(f"{len(todo)} distinct script(s), {jobs} at a time")
         list(pool.map(one, todo.values()))
-    return len(todo)
 
 
 def instructors_error(err: OomLabError) -> OomLabError:
@@ -349,6 +405,8 @@ def _judged(sub: _Submission) -> tuple[list[str], dict[str, str]]:
     """Why the notebook lost points, from the same measurement and checks its cells used; and each failed check's line."""
     if sub.problem:
         return [sub.problem], {}
+    if sub.ex.is_estimate:
+        return _judged_estimate(sub)
     m = measured.load(sub.ex, _script_path(sub))
     if m is None:
         return ["not measured before autograde: the notebook measured it itself (see its feedback)"], {}
@@ -364,6 +422,17 @@ def _judged(sub: _Submission) -> tuple[list[str], dict[str, str]]:
         if not c.passed and c.name in honesty | memory
     ]
     return reasons, {c.name: check_line(c) for c in report.checks if not c.passed}
+
+
+def _judged_estimate(sub: _Submission) -> tuple[list[str], dict[str, str]]:
+    """Why an estimate's notebook lost points, from the grade its cells used: each part off on some hidden config."""
+    if sub.not_answered:
+        return [sub.not_answered], {}
+    report = measured.load_estimate(sub.ex, _script_path(sub))
+    if report is None:
+        return ["not graded before autograde: the notebook graded it itself (see its feedback)"], {}
+    lines = {part: part_line(report, part) for part in failed_parts(report)}
+    return list(lines.values()), lines
 
 
 def _scores(root: Path, assignment: str, rows: list[Row], graded: set[str]) -> None:
@@ -437,7 +506,7 @@ def checks_csv(rows: list[Row]) -> str:
         line = [row.student, row.notebook, _number(row.score), _number(row.max_score)]
         for name in cells:
             score, most = row.points.get(name, [None, None])
-            check = name.removeprefix("check-")
+            check = graded_name(name)
             lost = score is not None and most is not None and score < most
             line += [_number(score), _number(most), row.why.get(check, "") if lost else ""]
         writer.writerow([*line, "; ".join(row.reasons)])

@@ -17,6 +17,15 @@ The cells, in the order a learner meets them:
 5. the interview question, and a manually graded answer cell (:data:`ANSWER_POINTS`
    points) whose source holds the model answer, which nbgrader strips from the release.
 
+An estimate exercise (``kind = "estimate"``) has the same cells, told its own way: the problem
+states the parts, their tolerances and the public example configs, and no budget; the exercise
+cell writes the estimator as shipped; the measuring cell grades it as ``oomlab check`` does (its
+``estimate(config)`` in the sandbox for the hidden configs, then each config measured on the GPU);
+and there is one graded cell per part (:data:`POINTS_PER_CHECK` points each), which passes when
+that part is within its tolerance on every hidden config. The estimator runs in its sandbox,
+where it can reach neither the GPU nor an answer, so there is no honest run to require: the hidden
+part holds the tripwire alone.
+
 The exercise cell carries no nbgrader metadata, so ``generate_assignment`` releases
 the buggy script as it is instead of replacing it with a stub; it is found by
 ``metadata.oomlab.role`` (:mod:`oomlab.classroom.preprocessors`).
@@ -28,11 +37,22 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from oomlab.classroom.layout import EXERCISE_ROLE
-from oomlab.classroom.scoring import ANSWER_POINTS, POINTS_PER_CHECK, honesty_checks, magic_line, memory_checks, script_name
+from oomlab.classroom.scoring import (
+    ANSWER_POINTS,
+    POINTS_PER_CHECK,
+    grade_id,
+    graded,
+    honesty_checks,
+    magic_line,
+    memory_checks,
+    script_name,
+)
 from oomlab.course.manifest import Exercise
 from oomlab.course.modules import step_label
 from oomlab.course.originals import shipped_source
 from oomlab.grading.truth import source_digest
+from oomlab.sizing.grade import SIZED
+from oomlab.sizing.hidden import COUNT
 from oomlab.units import format_bytes
 
 __all__ = ["INSTALLED_ONLY", "build_notebook"]
@@ -92,34 +112,100 @@ def _problem(ex: Exercise) -> str:
     )
 
 
+# What the interview answer should cover, by kind of exercise: a debugging story, or a sizing.
+ANSWER_ASKS = {
+    "script": "what you look at first, what the numbers tell you, the fix, and how you check it.",
+    "estimate": "how you take it apart, the numbers for each part, and how you check them on the real card.",
+}
+# What the measuring cell says it does, above its call, by kind of exercise.
+MEASURES = {
+    "script": "# Measures the file the cell above wrote, in a fresh process under the budget, against the reference fix.",
+    "estimate": "# Grades the estimator the cell above wrote: its estimate() for each hidden config in a sandbox with no GPU,\n"
+    "# then each config run on the GPU by the course's own code.",
+}
+
+
+def _estimate_problem(ex: Exercise) -> str:
+    """An estimate exercise's problem: the task, the parts with their tolerances and points, the public examples."""
+    kind = SIZED[ex.sizes]
+    fields = list(ex.examples[0])
+    return "\n".join(
+        [
+            f"# {ex.title}",
+            "",
+            f"*Workflow step: {step_label(ex.module, ex.step)}. No memory budget: you size it before anything runs.*",
+            "",
+            ex.summary,
+            "",
+            "## What is graded",
+            "",
+            f"Your `estimate(config)` returns the bytes of each part below. It is graded on {COUNT} hidden configs, drawn "
+            "from your file's own text (any change to it draws new ones); each runs on the GPU and is read from the "
+            "caching allocator. A part earns its points when your estimate of it is within its tolerance of the measured "
+            "bytes on every hidden config.",
+            "",
+            "| Part | Tolerance | Points |",
+            "|---|---|---|",
+            *(f"| `{part}` | ±{kind.tolerance[part]:.0%} | {POINTS_PER_CHECK} |" for part in kind.parts),
+            "",
+            "## Example configs",
+            "",
+            "Public configs like the hidden ones; the docstring of the file in the next cell says what each field means "
+            f"and what each part counts. `python {script_name(ex.id)}` in a terminal prints your estimate of the config "
+            "at the file's end: change it to size any other.",
+            "",
+            "| # | " + " | ".join(fields) + " |",
+            "|---|" + "---|" * len(fields),
+            *(f"| {i} | " + " | ".join(str(cfg[f]) for f in fields) + " |" for i, cfg in enumerate(ex.examples, 1)),
+            "",
+            "## How this notebook is graded",
+            "",
+            f"1. Write your estimate in the next cell and run it: it writes `{script_name(ex.id)}`. Nothing of it runs in "
+            "this notebook's kernel.",
+            "2. The cell after it runs your `estimate()` for each hidden config in a sandbox, with no GPU and no answer "
+            f"in reach, then measures each config on the GPU, as `oomlab check {ex.id}` does in a terminal, and shows "
+            "every part of every config beside its measurement.",
+            f"3. Each part earns {POINTS_PER_CHECK} points when it is within its tolerance on every hidden config: "
+            f"{', '.join(f'`{p}`' for p in kind.parts)}.",
+            f"4. The interview question at the end is marked by hand ({ANSWER_POINTS} points).",
+            "",
+            "Only the next cell is graded: code in cells you add is not run at grading.",
+        ]
+    )
+
+
+def _graded_cell(ex: Exercise, name: str) -> nbformat.NotebookNode:
+    """The graded cell of ``name`` (a memory check, or a part), with its hidden part."""
+    call = f"{ex.id!r}, {name!r}"
+    shown, hidden = (
+        (f"cells.part({call})", INSTALLED_ONLY)  # the sandbox keeps the estimator honest: there is no run to judge
+        if ex.is_estimate
+        else (f"cells.check({call})", f"{INSTALLED_ONLY}\ncells.honest({ex.id!r})")
+    )
+    return new_code_cell(
+        f"from oomlab.classroom import cells\n\n{shown}\n### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS",
+        metadata=_nbgrader(grade_id(ex, name), grade=True, locked=True, points=POINTS_PER_CHECK),
+    )
+
+
 def build_notebook(ex: Exercise) -> nbformat.NotebookNode:
     """The source notebook of ``ex``, ready for ``nbgrader generate_assignment``."""
-    call = f"{ex.id!r}"
     cells = [
-        new_markdown_cell(_problem(ex), metadata=_nbgrader("problem", locked=True)),
+        new_markdown_cell(_estimate_problem(ex) if ex.is_estimate else _problem(ex), metadata=_nbgrader("problem", locked=True)),
         new_code_cell(
             f"{magic_line(ex.id)}\n{shipped_source(ex)}",
             metadata={"oomlab": {"role": EXERCISE_ROLE, "exercise": ex.id}},
         ),
         new_code_cell(
-            "# Measures the file the cell above wrote, in a fresh process under the budget, against the reference fix.\n"
-            "from oomlab.classroom import cells\n\n"
-            f"cells.measure({call}, sources={source_digest(ex)!r})",
+            f"{MEASURES[ex.kind]}\nfrom oomlab.classroom import cells\n\ncells.measure({ex.id!r}, sources={source_digest(ex)!r})",
             metadata=_nbgrader("measure", locked=True),
         ),
     ]
-    honest = f"{INSTALLED_ONLY}\ncells.honest({call})"
-    for name in memory_checks(ex):
-        cells.append(
-            new_code_cell(
-                f"from oomlab.classroom import cells\n\ncells.check({call}, {name!r})\n### BEGIN HIDDEN TESTS\n{honest}\n### END HIDDEN TESTS",
-                metadata=_nbgrader(f"check-{name}", grade=True, locked=True, points=POINTS_PER_CHECK),
-            )
-        )
+    cells += [_graded_cell(ex, name) for name in graded(ex)]
     cells += [
         new_markdown_cell(
             f"## Interview question\n\n{ex.interview.question}\n\nAnswer in the next cell as you would aloud, in about two "
-            "minutes: what you look at first, what the numbers tell you, the fix, and how you check it.",
+            f"minutes: {ANSWER_ASKS[ex.kind]}",
             metadata=_nbgrader("interview-question", locked=True),
         ),
         new_markdown_cell(

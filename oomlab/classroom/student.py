@@ -7,14 +7,14 @@ script that pass). A student who installs it to run the notebooks can read them 
 
 The student build is the same package with a smaller course:
 
-- each exercise's script as shipped, and its manifest without ``[[alternatives]]`` and
-  with the model answer replaced by :data:`ANSWER_KEPT`. The manifest is written again from
-  its data (:mod:`oomlab.classroom.tomltext`; its comments go) and loaded with
-  :func:`~oomlab.course.manifest.load_exercise` before the wheel is written, so it loads as
-  any other. The wrong fixes stay: the loader requires them, and each is a fix that fails;
+- each exercise's script (an estimate exercise's estimator) as shipped, and its manifest
+  without ``[[alternatives]]`` and with the model answer replaced by :data:`ANSWER_KEPT`. The
+  manifest is written again from its data (:mod:`oomlab.classroom.tomltext`; its comments go)
+  and loaded with :func:`~oomlab.course.manifest.load_exercise` before the wheel is written,
+  so it loads as any other. The wrong fixes stay: the loader requires them, and each is a fix that fails;
 - the list of modules (``exercises/modules.toml``) as shipped: it orders the course;
 - the graders, so that ``oomlab init`` works;
-- no ``solutions/``.
+- no ``solutions/``: neither the reference fixes nor the reference estimators.
 
 Installed, the notebooks' measuring cell still runs a script under its budget and shows
 its figures, and every cell says that the grade comes from the instructor

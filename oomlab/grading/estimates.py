@@ -13,9 +13,13 @@ from pathlib import Path
 from oomlab.course.manifest import Exercise
 from oomlab.errors import OomLabError
 from oomlab.measure.machine import has_nvidia_driver, no_driver
-from oomlab.sizing.grade import SIZED, SizingReport, estimate_hidden, measured_report
+from oomlab.sizing.grade import MEASURE_TIME_LIMIT_S, SIZED, SizingReport, estimate_hidden, measured_report
+from oomlab.sizing.sandboxed import TIME_LIMIT_S as ANSWER_TIME_LIMIT_S
 
-__all__ = ["failed_parts", "grade_estimate", "parts_of", "validate"]
+__all__ = ["TIME_LIMIT_S", "failed_parts", "grade_estimate", "parts_of", "validate"]
+
+# The longest one grade may take: the estimator's answers in its sandbox, then every hidden config measured.
+TIME_LIMIT_S = ANSWER_TIME_LIMIT_S + MEASURE_TIME_LIMIT_S
 
 
 def validate(ex: Exercise) -> None:

@@ -32,6 +32,11 @@ The parts of a step (``PARTS``), each in bytes:
 
 from __future__ import annotations
 
-PARTS = ("parameters", "gradients", "optimizer_state", "activations", "peak")
+from pathlib import Path
 
-__all__ = ["PARTS"]
+PARTS = ("parameters", "gradients", "optimizer_state", "activations", "peak")
+# The code an estimate's grade depends on besides the course: the configs drawn, the estimator's sandbox, the
+# measuring and the scoring. A grade kept from before (a class's, oomlab.classroom.measured) is keyed by it.
+SIZING_CODE = tuple(sorted(Path(__file__).resolve().parent.glob("*.py")))
+
+__all__ = ["PARTS", "SIZING_CODE"]

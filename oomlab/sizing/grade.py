@@ -111,6 +111,24 @@ class SizingReport:
     def passed(self) -> bool:
         return self.within == self.total
 
+    def to_json(self) -> dict:
+        """What was graded and measured, as JSON keeps it (a class's grades are made before nbgrader reads them)."""
+        return {
+            "sized": self.sized.name,
+            "configs": [c.as_dict() for c in self.configs],
+            "estimates": self.estimates,
+            "measured": self.measured,
+            "gpu": self.gpu,
+            "torch": self.torch,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> SizingReport:
+        """The report :meth:`to_json` wrote, scored again (the scores follow from the figures and the tolerances)."""
+        kind = SIZED[data["sized"]]
+        configs = [kind.parse(c) for c in data["configs"]]
+        return cls(kind, configs, list(data["estimates"]), list(data["measured"]), data["gpu"], data["torch"])
+
 
 def measure_configs(configs: list, module: str = SIZED["train"].module, time_limit_s: float = MEASURE_TIME_LIMIT_S):
     """Each config's parts measured on this GPU in a fresh process of the course's code; (parts, GPU, torch).

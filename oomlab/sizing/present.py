@@ -3,7 +3,8 @@
 :func:`scores_table` is a grade (``oomlab check`` on an estimate exercise): every part of every hidden config, the
 measured bytes, the error and the tolerance, and whether it is within. :func:`examples_table` is ``oomlab run``'s:
 the learner's answers for the exercise's public examples beside the same configs counted on the CPU, which is no
-grade (no allocator rounding, no library workspace) and says so.
+grade (no allocator rounding, no library workspace) and says so. :func:`part_line` and :func:`off_lines` say one part
+of a grade in words, as the nbgrader course's cells and class report give it a part at a time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rich.text import Text
 from oomlab.sizing.score import PartScore
 from oomlab.units import in_mib
 
-__all__ = ["brief", "examples_table", "scores_table"]
+__all__ = ["brief", "examples_table", "off_lines", "part_line", "scores_table"]
 
 
 def brief(cfg: dict) -> str:
@@ -74,3 +75,26 @@ def examples_table(examples: list[dict], estimates: list[dict], counts: list[dic
                 end_section=j == len(parts) - 1,
             )
     return table
+
+
+def _part(report, part: str) -> list[tuple[object, PartScore]]:
+    """Each config of ``report`` with its score for ``part``."""
+    return [(cfg, s) for cfg, row in zip(report.configs, report.scores, strict=True) for s in row if s.part == part]
+
+
+def part_line(report, part: str) -> str:
+    """One part of a grade on one line: on how many hidden configs it is within its tolerance, and its worst error."""
+    scores = [s for _, s in _part(report, part)]
+    worst = max(scores, key=lambda s: abs(s.error))
+    within = sum(s.within for s in scores)
+    return f"{part}: within ±{worst.tolerance:.0%} on {within} of {len(scores)} hidden configs (largest error {_error(worst)})"
+
+
+def off_lines(report, part: str) -> list[str]:
+    """Each hidden config on which ``part`` is outside its tolerance: the config, the estimate and the measurement."""
+    return [
+        f"config {i} ({brief(cfg.as_dict())}): estimated {in_mib(s.estimated)} MiB, measured {in_mib(s.measured)} MiB, "
+        f"{_error(s)}"
+        for i, (cfg, s) in enumerate(_part(report, part), 1)
+        if not s.within
+    ]
