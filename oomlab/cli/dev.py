@@ -227,7 +227,7 @@ def equivalence(
     only: Optional[list[str]] = ONLY,
 ) -> None:
     """Every run of the course twice, fresh and forked from a warm server: the table that shows they measure the same."""
-    from oomlab.grading.equivalence import compare
+    from oomlab.grading.equivalence import compare, defects
     from oomlab.grading.sittings import merge_equivalence, merge_verify
 
     course = Course(working_tree=True)
@@ -263,11 +263,16 @@ def equivalence(
             Text("✓", style="green") if r["equal"] else Text("✗", style="bold red"),
         )
     console.print(table)
-    write_report(course, path, report, None if report["all_equal"] else "Forked and fresh runs differ")
+    found = defects(report)
+    for line in found:
+        console.print(Text(line, style="bold red"))
+    write_report(course, path, report, "A forked run got another verdict, or a fix other figures" if found else None)
+    differ = sum(not r["equal"] for r in report["rows"])
     console.print(
         Text(
-            f"All {report['runs']} runs equal: fresh {report['fresh_wall_s']} s, forked {report['forked_wall_s']} s, "
-            f"{jobs} at a time.",
+            f"{report['runs'] - differ} of {report['runs']} runs equal"
+            + (f", and the {differ} others (✗) only in what no grade reads" if differ else "")
+            + f": fresh {report['fresh_wall_s']} s, forked {report['forked_wall_s']} s, {jobs} at a time.",
             style="green",
         )
     )

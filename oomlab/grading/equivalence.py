@@ -5,8 +5,15 @@ processes and once forked from warm servers, and sets the two side by side:
 the figures the checks read (peak allocated, peak reserved, non-releasable,
 retries, the OOM), every other allocator statistic, the workload (down to the
 final weights' sum) and the verdict. ``oomlab dev equivalence`` commits the
-table as ``course/measurements/equivalence.json``; one difference in it is a
-defect of the server, not a rounding matter.
+table as ``course/measurements/equivalence.json``.
+
+Not every run is bit-equal both ways, and the table says which are not: kernels whose
+sums are not deterministic (scaled_dot_product_attention's backward) move a loss in its
+last bits, runs that fail under memory pressure can end with other final figures or
+another retry count, and the compute-on-the-cpu cheat moves work by the CPU time it has
+used, which a fresh process partly spent on its imports. What is a defect of the server
+(:func:`defects`) is a verdict that differs, or a run that must pass measuring other
+allocator figures.
 """
 
 from __future__ import annotations
@@ -19,6 +26,26 @@ from oomlab.grading.truth import FIGURES, fingerprint, run_all, variants, verify
 from oomlab.measure.harness import Measurement
 
 SHOWN = ("status", "oom", *FIGURES)
+PASSING = ("reference", "solution", "alternative")  # the kinds of run that must pass
+
+
+def defects(report: dict) -> list[str]:
+    """The rows of an equivalence table that show a defect of the server, each as one line; none, where it has none.
+
+    A run forked from a warm server must get the verdict a fresh one gets, and a run that must pass (the
+    reference, the fix, an alternative) the same allocator figures: those are what a grade reads.
+    """
+    found = [
+        f"{r['exercise']} {r['run']}: verdict {r['fresh']['verdict']} fresh, {r['forked']['verdict']} forked"
+        for r in report["rows"]
+        if r["fresh"]["verdict"] != r["forked"]["verdict"]
+    ]
+    found += [
+        f"{r['exercise']} {r['run']}: {r['stats_differ'] or {k: [r['fresh'][k], r['forked'][k]] for k in ('status', 'oom')}}"
+        for r in report["rows"]
+        if r["kind"] in PASSING and (not r["stats_equal"] or any(r["fresh"][k] != r["forked"][k] for k in ("status", "oom")))
+    ]
+    return found
 
 
 def _side(m: Measurement, verdict: str) -> dict:
