@@ -189,6 +189,7 @@ def test_the_truth_check_of_an_estimate_exercise_behaves_as_its_manifest_says(ex
     row = truth.estimate_row(ex, [r for r, _ in measured], "the CPU", "counted")
     assert row["solution"]["verdict"] == "pass" and row["buggy"]["verdict"] == "fail" and truth.all_as_expected([row])
     assert row["sources"] == truth.source_digest(ex) and row["cheats"] == []
+    assert row["code"] == truth.estimate_fingerprint() and truth.stale(row, ex) is None
 
 
 # -- the learner's commands -------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def course(monkeypatch, sources: dict[str, str]) -> list:
     from oomlab.grading import truth
 
     monkeypatch.setattr(truth, "source_digest", lambda ex: sources[ex.id])
-    return [SimpleNamespace(id=i) for i in sources]
+    return [SimpleNamespace(id=i, is_estimate=False) for i in sources]
 
 
 def test_a_sitting_of_one_exercise_keeps_the_others_in_course_order_and_adds_the_wall_time(monkeypatch):
@@ -43,7 +43,7 @@ def test_rows_of_other_code_another_gpu_or_changed_sources_are_dropped_and_named
     new = report([row("c")], 20.0)
     merged, dropped = sittings.merge_verify(report([row("a"), row("b")], 100.0), new, exercises)
     assert [r["id"] for r in merged["exercises"]] == ["a", "c"]
-    assert dropped == ["b: its sources changed since"]
+    assert dropped == ["b: its manifest, script or reference fix changed since"]
     for key, other in (("code", "c0"), ("gpu", "A100"), ("jobs", 8)):
         merged, dropped = sittings.merge_verify(report([row("a")], 100.0, **{key: other}), new, exercises)
         assert [r["id"] for r in merged["exercises"]] == ["c"] and merged["sittings"] == 1 and merged["wall_s"] == 20.0
@@ -65,7 +65,7 @@ def test_equivalence_rows_stay_only_where_their_verify_rows_stayed():
     assert [r["exercise"] for r in merged["rows"]] == ["a", "b"] and merged["all_equal"] is False
     assert (merged["fresh_wall_s"], merged["forked_wall_s"], merged["runs"]) == (11.0, 6.0, 2)
     merged, dropped = sittings.merge_equivalence(old, new, exercises, kept_in_verify={"b"})
-    assert [r["exercise"] for r in merged["rows"]] == ["b"] and dropped == ["a: its sources changed since"]
+    assert [r["exercise"] for r in merged["rows"]] == ["b"] and dropped == ["a: its rows in verify.json were dropped"]
 
 
 def test_a_sitting_of_some_exercises_runs_as_many_at_once_as_the_report_it_joins_unless_told(tmp_path, monkeypatch):
@@ -84,3 +84,17 @@ def test_a_sitting_of_some_exercises_runs_as_many_at_once_as_the_report_it_joins
     assert dev.sitting_jobs(None, 0, ["a"], tmp_path / "none.json") == 7
     committed.write_text("{not json", encoding="utf-8")
     assert dev.sitting_jobs(None, 0, ["a"], committed) == 7
+
+
+def test_an_estimate_row_graded_with_other_sizing_code_is_dropped_and_counts_no_reference(monkeypatch):
+    from oomlab.grading import truth
+
+    exercises = course(monkeypatch, {"a": "s", "size": "s"})
+    exercises[1].is_estimate = True
+    monkeypatch.setattr(truth, "estimate_fingerprint", lambda: "sizing-now")
+    estimate = lambda code: dict(row("size"), kind="estimate", code=code, cheats=[])  # noqa: E731
+    merged, dropped = sittings.merge_verify(report([row("a"), estimate("sizing-then")], 100.0), report([], 1.0), exercises)
+    assert [r["id"] for r in merged["exercises"]] == ["a"]
+    assert dropped == ["size: the sizing code it was graded with changed since"]
+    merged, _ = sittings.merge_verify(report([row("a"), estimate("sizing-now")], 100.0), report([], 1.0), exercises)
+    assert merged["runs"] == 4 + 2, "a script's three runs and its reference; an estimate's two runs and no reference"

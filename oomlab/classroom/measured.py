@@ -26,17 +26,17 @@ from pathlib import Path
 from oomlab.course.manifest import Exercise
 from oomlab.course.state import StateDir, write_atomic
 from oomlab.errors import OomLabError
+from oomlab.grading.estimates import ESTIMATE_CODE
 from oomlab.grading.truth import source_digest
 from oomlab.measure import MEASURING_CODE, digest
 from oomlab.measure.harness import Measurement
-from oomlab.sizing import SIZING_CODE
 from oomlab.sizing.grade import SizingReport
 
 __all__ = ["cache_path", "load", "load_estimate", "store", "store_estimate"]
 
 
 def cache_path(ex: Exercise, script_text: str) -> Path:
-    code = SIZING_CODE if ex.is_estimate else MEASURING_CODE
+    code = ESTIMATE_CODE if ex.is_estimate else MEASURING_CODE
     key = digest(code, f"{ex.id}\0{source_digest(ex)}\0{script_text}")
     return StateDir(ex.root).path / "class" / f"{ex.id}-{key}.json"
 

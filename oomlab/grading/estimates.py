@@ -13,10 +13,16 @@ from pathlib import Path
 from oomlab.course.manifest import Exercise
 from oomlab.errors import OomLabError
 from oomlab.measure.machine import has_nvidia_driver, no_driver
+from oomlab.sizing import SIZING_CODE
 from oomlab.sizing.grade import MEASURE_TIME_LIMIT_S, SIZED, SizingReport, estimate_hidden, measured_report
 from oomlab.sizing.sandboxed import TIME_LIMIT_S as ANSWER_TIME_LIMIT_S
 
-__all__ = ["TIME_LIMIT_S", "failed_parts", "grade_estimate", "parts_of", "validate"]
+__all__ = ["ESTIMATE_CODE", "TIME_LIMIT_S", "failed_parts", "grade_estimate", "parts_of", "validate"]
+
+# What an estimate exercise's grade depends on besides its folder: the sizing (the model, its measuring, the hidden
+# configs, the tolerances, the sandbox) and this module. A verify row of one records their digest, as a script
+# exercise's report records the measuring code's (oomlab.grading.truth.fingerprint).
+ESTIMATE_CODE = (*SIZING_CODE, Path(__file__).resolve())
 
 # The longest one grade may take: the estimator's answers in its sandbox, then every hidden config measured.
 TIME_LIMIT_S = ANSWER_TIME_LIMIT_S + MEASURE_TIME_LIMIT_S

@@ -25,13 +25,13 @@ def merge(
     rows_key: str,
     exercise_of: Callable[[dict], str],
     course_ids: list[str],
-    current: Callable[[dict], bool] = lambda _row: True,
+    stale: Callable[[dict], str | None] = lambda _row: None,
     wall_keys: tuple[str, ...] = ("wall_s",),
 ) -> tuple[dict, list[str]]:
     """``new`` (a sitting of some exercises) with the rows of ``old`` it did not measure, and why any were dropped.
 
-    ``rows_key`` names the list of rows, ``exercise_of`` reads a row's exercise and ``current``
-    says whether an old row still describes its exercise. Rows come out in course order; the
+    ``rows_key`` names the list of rows, ``exercise_of`` reads a row's exercise and ``stale``
+    says why an old row no longer describes its exercise (None while it does). Rows come out in course order; the
     wall times add up and ``sittings`` counts the sittings behind the report.
     """
     measured = {exercise_of(r) for r in new[rows_key]}
@@ -48,8 +48,8 @@ def merge(
                 ex = exercise_of(r)
                 if ex not in course_ids:
                     dropped.append(f"{ex}: no longer in the course")
-                elif not current(r):
-                    dropped.append(f"{ex}: its sources changed since")
+                elif why := stale(r):
+                    dropped.append(f"{ex}: {why}")
                 else:
                     kept.append(r)
     order = {ex: i for i, ex in enumerate(course_ids)}
@@ -66,19 +66,19 @@ def merge(
 
 def merge_verify(old: dict | None, new: dict, exercises) -> tuple[dict, list[str]]:
     """``verify.json`` from a sitting of some exercises and the rows of the last report still current."""
-    from oomlab.grading.truth import all_as_expected, all_runs, source_digest
+    from oomlab.grading.truth import all_as_expected, row_runs, stale
 
-    sources = {ex.id: source_digest(ex) for ex in exercises}
+    by_id = {ex.id: ex for ex in exercises}
     merged, dropped = merge(
         old,
         new,
         "exercises",
         lambda row: row["id"],
-        list(sources),
-        current=lambda row: row.get("sources") == sources.get(row["id"]),
+        list(by_id),
+        stale=lambda row: stale(row, by_id[row["id"]]),
     )
     rows = merged["exercises"]
-    merged["runs"] = sum(len(all_runs(row)) + 1 for row in rows)  # + 1: each exercise's reference
+    merged["runs"] = sum(row_runs(row) for row in rows)
     merged["ok"] = all_as_expected(rows)
     return merged, dropped
 
@@ -91,7 +91,9 @@ def merge_equivalence(old: dict | None, new: dict, exercises, kept_in_verify: se
         "rows",
         lambda row: row["exercise"],
         [ex.id for ex in exercises],
-        current=lambda row: kept_in_verify is None or row["exercise"] in kept_in_verify,
+        stale=lambda row: (
+            None if kept_in_verify is None or row["exercise"] in kept_in_verify else "its rows in verify.json were dropped"
+        ),
         wall_keys=("fresh_wall_s", "forked_wall_s"),
     )
     merged["runs"] = len(merged["rows"])

@@ -164,6 +164,7 @@ def estimate_row(ex: Exercise, rows: list[dict], gpu: str = "", torch: str = "")
         "kind": "estimate",
         "sizes": ex.sizes,
         "sources": source_digest(ex),
+        "code": estimate_fingerprint(),
         "gpu": gpu,
         "torch": torch,
         "solution": by_kind("solution")[0],
@@ -292,6 +293,22 @@ def source_digest(ex: Exercise) -> str:
 def fingerprint() -> str:
     """A hash of the measuring and grading code: what a report's figures and verdicts depend on besides the course."""
     return digest(GRADING_CODE)
+
+
+def estimate_fingerprint() -> str:
+    """A hash of the code an estimate exercise's grade depends on (:data:`oomlab.grading.estimates.ESTIMATE_CODE`)."""
+    from oomlab.grading.estimates import ESTIMATE_CODE
+
+    return digest(ESTIMATE_CODE)
+
+
+def stale(row: dict, ex: Exercise) -> str | None:
+    """Why a verify row no longer describes ``ex``, or None while it does (the report's own code aside)."""
+    if row.get("sources") != source_digest(ex):
+        return "its manifest, script or reference fix changed since"
+    if ex.is_estimate and row.get("code") != estimate_fingerprint():
+        return "the sizing code it was graded with changed since"
+    return None
 
 
 def exercise_row(ex: Exercise, ref: Measurement, rows: list[dict]) -> dict:
@@ -469,15 +486,17 @@ def verify_report(
             row["reference_task_s"] = spans[row["id"]]
     scripts = [ex for ex in exercises if not ex.is_estimate]
     ref = refs[scripts[0].id] if scripts else None
+    # A sitting of estimate exercises alone ran no reference: its GPU and torch are those its configs were measured on.
+    first = next(iter(estimated.values()), {})
     report = {
-        "gpu": ref.gpu if ref else None,
-        "torch": ref.torch if ref else None,
+        "gpu": ref.gpu if ref else first.get("gpu"),
+        "torch": ref.torch if ref else first.get("torch"),
         "cuda": ref.cuda if ref else None,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "code": fingerprint(),
         "jobs": jobs,
         "runner": "fresh" if fresh else "forked",
-        "runs": len(runs) + len(scripts) + sum(len(all_runs(row)) for row in estimated.values()),
+        "runs": sum(row_runs(row) for row in report_rows),
         "wall_s": round(wall_s, 1),
         "exercises": report_rows,
     }
@@ -488,6 +507,11 @@ def verify_report(
 def all_runs(row: dict) -> list[dict]:
     """Every run of one exercise's report row."""
     return [row["solution"], row["buggy"], *row.get("wrong_fixes", []), *row.get("alternatives", []), *row.get("cheats", [])]
+
+
+def row_runs(row: dict) -> int:
+    """How many runs one exercise's row stands for: its variants' and, for a script exercise, its reference's."""
+    return len(all_runs(row)) + (row.get("kind") != "estimate")
 
 
 def all_as_expected(rows: list[dict]) -> bool:

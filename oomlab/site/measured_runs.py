@@ -77,13 +77,14 @@ def runs(row: dict, cheats: bool = False) -> list[tuple[str, dict]]:
 
 def staleness(ex: Exercise, row: dict) -> list[str]:
     """Ways the exercise has changed since the measurement (the same digest the project's tests compare)."""
-    from oomlab.grading.truth import source_digest
+    from oomlab.grading.truth import stale
 
-    if row.get("sources") == source_digest(ex):
+    why = stale(row, ex)
+    if why is None:
         return []
-    if row.get("budget_bytes") != ex.budget_bytes:
+    if not ex.is_estimate and row.get("budget_bytes") != ex.budget_bytes:
         return [f"the budget was {in_mib(row.get('budget_bytes'))} MiB then and is {in_mib(ex.budget_bytes)} MiB now"]
-    return ["its manifest, script or reference fix changed since it was measured"]
+    return [f"{why} it was measured"]
 
 
 def expectation_notes(row: dict) -> list[str]:
