@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 from pathlib import Path
 
@@ -18,15 +17,8 @@ def load(path: Path, name: str):
 
 
 def count_on_cpu(measure, cfg) -> dict[str, int]:
-    """``measure(cfg, device, meter)`` (a step's or a generation's parts) run on the CPU and counted tensor by tensor."""
-    torch = pytest.importorskip("torch")
-    from oomlab.sizing.tracker import LiveBytes
+    """``measure(cfg, device, meter)`` counted on the CPU (:func:`oomlab.sizing.cpu_count.count_measured`); skipped without torch."""
+    pytest.importorskip("torch")
+    from oomlab.sizing.cpu_count import count_measured
 
-    # The measuring collects garbage before each reading; the objects of the test session are none of its garbage,
-    # and frozen they are not walked again at every reading (a tenth of a second each).
-    gc.freeze()
-    try:
-        with LiveBytes() as live:
-            return measure(cfg, torch.device("cpu"), live)
-    finally:
-        gc.unfreeze()
+    return count_measured(measure, cfg)

@@ -26,7 +26,7 @@ WHAT = {"train": "one training step", "decode": "a greedy generation with a KV c
 
 def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
     """The whole page of estimate exercise ``number`` of ``total``, as Markdown."""
-    from oomlab.site.exercise_page import alternatives_section, fence, folded_edits, interview_section, prose
+    from oomlab.site.exercise_page import alternatives_section, fence, hints_section, interview_section, prose
 
     uri = page_uri(ex)
     script = ex.learner_path
@@ -83,36 +83,23 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         "|---|" + "---|" * len(ex.examples[0]),
         *(f"| {i} | " + " | ".join(cell(str(v)) for v in cfg.values()) + " |" for i, cfg in enumerate(ex.examples, 1)),
         "",
-        "## Hints",
-        "",
-        f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.",
-        "",
+        *hints_section(ex),
     ]
-    for i, hint in enumerate(ex.hints, 1):
-        md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
-    md += mistakes_section(ex, reports, prose, folded_edits)
+    md += mistakes_section(ex, reports)
     md += alternatives_section(ex, reports)
     md += interview_section(ex)
     return FRONT_MATTER + "\n".join(md) + "\n"
 
 
-def mistakes_section(ex: Exercise, reports: Reports, prose, folded_edits) -> list[str]:
+def mistakes_section(ex: Exercise, reports: Reports) -> list[str]:
     """The classic mistakes, each an edit of the shipped estimator, with the part it gets wrong."""
-    row = reports.measured(ex.id) or {}
-    runs = {f.get("name"): f for f in row.get("wrong_fixes") or []}
-    md = [
-        "## Classic mistakes",
-        "",
+    from oomlab.site.exercise_page import tempting_edits
+
+    return tempting_edits(
+        ex,
+        reports,
+        "Classic mistakes",
         "Each is an edit of the shipped estimator that the course grades, and the part it gets wrong.",
-        "",
-    ]
-    for fix in ex.wrong_fixes:
-        run = runs.get(fix.name)
-        result = ""
-        if run:
-            result = (
-                f" Measured: {'gets' if fix.expect in (run.get('failed_parts') or []) else 'does NOT get'} `{fix.expect}` wrong."
-            )
-        md += [f'??? failure "`{fix.name}`: gets `{fix.expect}` wrong"', "", f"    {prose(fix.why)}{result}", ""]
-        md += folded_edits(fix)
-    return md
+        lambda fix: f"gets `{fix.expect}` wrong",
+        lambda fix, run: f"{'gets' if fix.expect in (run.get('failed_parts') or []) else 'does NOT get'} `{fix.expect}` wrong",
+    )

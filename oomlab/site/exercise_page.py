@@ -289,15 +289,7 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         rule = CHECKS[name].passes_when(given, reference, where) or "-"
         md.append(f"| `{name}`{symptom} | {cell(params)} | {cell(rule)} | {cell(CHECKS[name].why)} |")
 
-    md += [
-        "",
-        "## Hints",
-        "",
-        f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.",
-        "",
-    ]
-    for i, hint in enumerate(ex.hints, 1):
-        md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
+    md += ["", *hints_section(ex)]
 
     # In the order a learner needs them: what the tool finds, then the fix, then the measurements that compare them.
     md += figure_section(ex, reports)
@@ -489,23 +481,36 @@ def viewer_shot(page_src_uri: str, record: dict | None) -> list[str]:
 
 def wrong_fix_section(ex: Exercise, reports: Reports) -> list[str]:
     """The tempting fixes from the manifest, each with why it fails and, if measured, whether it did."""
+    return tempting_edits(
+        ex,
+        reports,
+        "Tempting fixes that do not work",
+        "Each is an edit of the buggy script that the course measures, and the check that catches it.",
+        lambda fix: f"caught by `{fix.expect}`",
+        lambda fix, run: f"{'fails' if fix.expect in (run.get('failed_checks') or []) else 'does NOT fail'} `{fix.expect}`",
+    )
+
+
+def hints_section(ex: Exercise) -> list[str]:
+    """The three hints, folded, in the order a learner should open them."""
+    md = ["## Hints", "", f"Open them in order, and only as far as you need; `oomlab hint {ex.id}` gives the same hints.", ""]
+    for i, hint in enumerate(ex.hints, 1):
+        md += [f'??? hint "Hint {i} of {len(ex.hints)}"', "", "    " + prose(hint), ""]
+    return md
+
+
+def tempting_edits(ex: Exercise, reports: Reports, heading: str, intro: str, caught_by, measured) -> list[str]:
+    """A section of the manifest's wrong fixes, each folded with why it is wrong, its edits and, where ``verify.json``
+    has its run, what was measured: ``caught_by(fix)`` titles it and ``measured(fix, run)`` says whether it was."""
     if not ex.wrong_fixes:
         return []
     row = reports.measured(ex.id) or {}
-    fixes = {f.get("name"): f for f in row.get("wrong_fixes") or []}
-    md = [
-        "## Tempting fixes that do not work",
-        "",
-        "Each is an edit of the buggy script that the course measures, and the check that catches it.",
-        "",
-    ]
+    runs = {f.get("name"): f for f in row.get("wrong_fixes") or []}
+    md = [f"## {heading}", "", intro, ""]
     for fix in ex.wrong_fixes:
-        run = fixes.get(fix.name)
-        result = ""
-        if run:
-            caught = fix.expect in (run.get("failed_checks") or [])
-            result = f" Measured: {'fails' if caught else 'does NOT fail'} `{fix.expect}`."
-        md += [f'??? failure "`{fix.name}`: caught by `{fix.expect}`"', "", f"    {prose(fix.why)}{result}", ""]
+        run = runs.get(fix.name)
+        result = f" Measured: {measured(fix, run)}." if run else ""
+        md += [f'??? failure "`{fix.name}`: {caught_by(fix)}"', "", f"    {prose(fix.why)}{result}", ""]
         md += folded_edits(fix)
     return md
 
