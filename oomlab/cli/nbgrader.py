@@ -85,7 +85,7 @@ def autograde(
         table.add_row(row.student, row.notebook, score, "\n".join(row.reasons) or Text("none", style="green"))
     console.print(table)
     console.print(
-        f"Measured {report.measured} distinct script(s) in {report.measure_s:.0f} s and autograded in {report.autograde_s:.0f} s, "
+        f"Measured {report.measured} distinct handed-in file(s), scripts and estimators, in {report.measure_s:.0f} s and autograded in {report.autograde_s:.0f} s, "
         f"{report.jobs} at a time. The report is in reports/{assignment}.json, each check's points and why in "
         f"reports/{assignment}-checks.csv (a line per student and exercise); nbgrader's feedback: "
         f"nbgrader generate_feedback {assignment}."
