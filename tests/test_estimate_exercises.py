@@ -82,8 +82,9 @@ def edited(tmp_path: Path, ex_id: str, find: str, replace: str) -> Path:
         ("size-a-decoder", "kv_heads = 2\n", "kv_heads = 3\n", r"\[\[examples\]\] 1: .*must divide by its kv_heads \(3\)"),
         ("size-a-decoder", 'expect = "weights"', 'expect = "no_oom"', "expects 'no_oom', which is no part of"),
         ("size-a-decoder", "[[examples]]\nlayers = 4", "[nothing]\nlayers = 4", r"has 2 or 3 \[\[examples\]\], found 1"),
+        ("size-a-decoder", 'file = "estimate.py"', 'file = "estimate.py"\nstep = "profile"', "has no 'step': nothing runs"),
     ],
-    ids=["kind", "sizes", "no-sizes", "budget", "symptom", "checks", "bad-example", "expect-no-part", "examples"],
+    ids=["kind", "sizes", "no-sizes", "budget", "symptom", "checks", "bad-example", "expect-no-part", "examples", "step"],
 )
 def test_an_estimate_manifest_says_what_is_wrong_in_it(tmp_path, ex_id, find, replace, said):
     from oomlab.grading.estimates import validate
@@ -256,6 +257,12 @@ def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_n
     assert proc.returncode == 2 and "estimate() failed on config 1" in out and "ZeroDivisionError" in out, out
     rc, out = oomlab(root, "hint", "size-a-training-step")
     assert rc == 0 and "Hint 1 of 3" in out
+    # Sized before anything runs: no step of the workflow, and no run for a tool to look at.
+    assert "size it before it runs" in oomlab(root)[1]
+    rc, out = oomlab(root, "snapshot", "size-a-training-step")
+    assert rc == 2 and "size-a-training-step is sized before anything runs" in out and "oomlab run size-a-training-step" in out
+    course = Course(root, working_tree=True)
+    assert [ex.id for ex in course.scripts] == [ex.id for ex in course.exercises if ex.id not in ESTIMATES]
 
 
 # -- the site ---------------------------------------------------------------------------------------------------------
@@ -274,3 +281,28 @@ def test_the_page_of_an_estimate_exercise_shows_the_task_its_tolerances_and_exam
     assert all(f"| `{part}` | ±" in page for part in parts_of(ex)) and "## Example configs" in page
     assert all(f"`{fix.name}`: gets `{fix.expect}` wrong" in page for fix in ex.wrong_fixes)
     assert "## Hints" in page and "## In an interview" in page and "def estimate(config):" in page
+
+
+def test_equivalence_forks_no_estimator_and_its_truth_check_half_grades_each_estimate_once(monkeypatch):
+    """An estimate runs no script to fork: the table has no row of it, the verify report its one graded row, which
+    also says the GPU a sitting of estimates alone was measured on."""
+    from oomlab.grading import equivalence, truth
+
+    ex = draft("size-a-decoder")
+    runs = [
+        {"name": v.name, "kind": v.kind, "verdict": "fail", "as_expected": True, "failed_parts": sorted(v.expect)}
+        for v in truth.variants(ex)
+    ]
+    graded = []
+    monkeypatch.setattr(equivalence, "run_all", lambda runs, *args, **kwargs: ({}, []) if not runs else pytest.fail("ran"))
+    monkeypatch.setattr(
+        equivalence,
+        "check_estimates",
+        lambda exercises, note: (
+            graded.extend(exercises) or {e.id: truth.estimate_row(e, runs, "H200", "2.11") for e in exercises}
+        ),
+    )
+    table, verified = equivalence.compare([ex])
+    assert table["rows"] == [] and graded == [ex]
+    assert [row["id"] for row in verified["exercises"]] == [ex.id] and (verified["gpu"], verified["torch"]) == ("H200", "2.11")
+    assert verified["runs"] == len(runs), "an estimate's runs, and no reference"

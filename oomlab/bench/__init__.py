@@ -364,7 +364,10 @@ def bench(
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "repeat": repeat,
         }
-        chosen = ([course.get(i) for i in only] if only else course.exercises) if exercises else []
+        # A script exercise's run, check, re-check and tools; an estimate exercise's wait is its configs' measuring,
+        # not yet timed here.
+        chosen = [ex for ex in ([course.get(i) for i in only] if only else course.exercises) if not ex.is_estimate]
+        chosen = chosen if exercises else []
         if checks_only:
             for row in checks_sitting(root, chosen, repeat, note):
                 yield {**sitting, "checks": [{**row, **sitting}]}

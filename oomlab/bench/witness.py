@@ -42,7 +42,7 @@ def measure(exercises: list[str], repeat: int) -> dict:
         root = Path(tmp) / "course"
         init_course(root)
         course = Course(root)
-        chosen = [course.get(e) for e in exercises] if exercises else course.exercises[:3]
+        chosen = [course.get(e) for e in exercises] if exercises else course.scripts[:3]
         rows = {}
         with warm.serving(root, {ex.alloc_conf for ex in chosen}, child_env) as servers:
             for server in servers:

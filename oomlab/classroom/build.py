@@ -36,7 +36,8 @@ from oomlab.course.shipped import shipped_root
 from oomlab.course.state import NAME as STATE
 from oomlab.course.state import read_error, shown, write_atomic
 from oomlab.errors import OomLabError
-from oomlab.grading import checks, estimates
+from oomlab.grading import estimates
+from oomlab.grading.truth import validate_exercise
 
 __all__ = ["Built", "assignments", "build_course", "config_text", "instructor_config", "time_limit_s"]
 
@@ -165,7 +166,7 @@ def _planned(course: Course) -> dict[str, bytes]:
     files[f"{PINNED}/exercises/{MODULE_LIST}"] = course.modules_file.read_bytes()  # the order and the modules
     for ex in course.exercises:
         # the notebooks' cells score the checks, or the parts, that the manifest names
-        (estimates.validate if ex.is_estimate else checks.validate)(ex)
+        validate_exercise(ex)
         files[f"{PINNED}/exercises/{ex.id}/exercise.toml"] = ex.manifest_path.read_bytes()
         files[f"{PINNED}/exercises/{ex.id}/{ex.file}"] = shipped_source(ex).encode()
         files[f"{PINNED}/solutions/{ex.id}/{ex.file}"] = ex.solution_path.read_bytes()

@@ -72,7 +72,7 @@ def run_label(run: dict) -> str:
 def auto_jobs(course: Course) -> int:
     from oomlab.measure.machine import parallel_runs
 
-    return parallel_runs([ex.budget_bytes for ex in course.exercises])
+    return parallel_runs([ex.budget_bytes for ex in course.scripts])
 
 
 def sitting_jobs(course: Course, jobs: int, only: list[str] | None, report: Path) -> int:
@@ -164,7 +164,10 @@ def calibrate(
     from oomlab.units import parse_size
 
     course = Course(working_tree=True)
-    chosen = [course.draft(e) if e in course.drafts else course.get(e) for e in exercises] if exercises else course.exercises
+    chosen = [course.draft(e) if e in course.drafts else course.get(e) for e in exercises] if exercises else course.scripts
+    for ex in [ex for ex in chosen if ex.is_estimate]:  # make promote names every new exercise, estimates too
+        console.print(f"{ex.id} is an estimate exercise: it runs under no budget, so there is none to size.")
+    chosen = [ex for ex in chosen if not ex.is_estimate]
     cap = parse_size(ceiling)
     jobs = jobs or parallel_runs([cap])
     with console.status("Calibrating…") as status:

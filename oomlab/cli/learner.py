@@ -21,7 +21,7 @@ from oomlab import __version__
 from oomlab.cli import app, console
 from oomlab.course import Course
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import READ_FIRST, met_before_its_step, step_label
+from oomlab.course.modules import READ_FIRST, SIZE_FIRST, met_before_its_step, step_label
 from oomlab.course.originals import keep_originals, pristine_source
 from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
@@ -172,7 +172,8 @@ def list_exercises() -> None:
                 status = Text("passed", style="green")
             else:
                 status = Text("current" if e is ex_now else "to do", style="bold" if e is ex_now else "dim")
-            number = ("0→" if met_before_its_step(e.module, e.step) else "") + str(step(e.step).number)  # 0: read the error
+            # 0: read the error first; an estimate exercise, sized before anything runs, has no step
+            number = "–" if e.is_estimate else ("0→" if met_before_its_step(e.module, e.step) else "") + str(step(e.step).number)
             budget = "none" if e.is_estimate else in_gib(e.budget_bytes)  # an estimator runs under no budget
             table.add_row(str(i), Text(e.id, no_wrap=True), e.title, number, budget, status)
         table.add_section()
@@ -180,7 +181,8 @@ def list_exercises() -> None:
         problem = Text(course.problem(ex_id), style="red")
         table.add_row(str(course.number(ex_id)), Text(ex_id, no_wrap=True), problem, "", "", Text("broken", style="bold red"))
     console.print(table)
-    console.print("Steps: " + ", ".join([f"0 {READ_FIRST.lower()}", *(s.label for s in STEPS)]) + ".", style="dim")
+    sized = [f"– {SIZE_FIRST.lower()}"] if any(e.is_estimate for e in course.exercises) else []
+    console.print("Steps: " + ", ".join([*sized, f"0 {READ_FIRST.lower()}", *(s.label for s in STEPS)]) + ".", style="dim")
 
 
 KEEP_WARM = typer.Option(

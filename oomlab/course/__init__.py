@@ -146,6 +146,12 @@ class Course:
             "order (or move the folder out of exercises/).",
         )
 
+    @property
+    def scripts(self) -> list[Exercise]:
+        """The exercises that run a script on the GPU under a budget (all but the estimate exercises): what the
+        maintainers' GPU commands measure, draw and size, in course order."""
+        return [ex for ex in self.exercises if not ex.is_estimate]
+
     def number(self, ex_id: str) -> int:
         """The exercise's number in ``oomlab list``, the same whether or not another manifest is broken."""
         return self.ids_in_order.index(ex_id) + 1

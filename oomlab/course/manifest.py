@@ -37,6 +37,7 @@ HINTS = 3  # a nudge, which tool to use and what to look at, what to change
 KINDS = ("script", "estimate")
 # The keys of a script exercise that an estimate exercise must not have, each with why: it runs nothing under a budget.
 SCRIPT_ONLY = {
+    "step": "nothing runs, so no step of the workflow finds what it sizes: it is sized before anything runs",
     "budget_bytes": "nothing runs under a budget: each config is measured as it is",
     "alloc_conf": "the configs are measured by the course's code with the allocator's defaults",
     "learner_settings": "the learner's code sets no allocator settings: it only computes",
@@ -93,7 +94,7 @@ class Interview:
 class Exercise:
     id: str
     title: str
-    step: str
+    step: str  # the workflow step whose tool finds the bug; "" for an estimate exercise, which runs nothing
     file: str
     budget_bytes: int
     alloc_conf: str
@@ -178,15 +179,17 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
     ex_id = _require(data, "id", str, manifest)
     if ex_id != folder:
         raise OomLabError(f"{manifest}: id {ex_id!r} does not match its folder {folder!r}.", "Make them the same.")
-    step = _require(data, "step", str, manifest)
-    if step not in STEP_NAMES:
-        raise OomLabError(f"{manifest}: step {step!r} is not one of {', '.join(STEP_NAMES)}.", "Use one of those.")
     kind = _require(data, "kind", str, manifest) if "kind" in data else "script"
     if kind not in KINDS:
         raise OomLabError(
             f"{manifest}: kind {kind!r} is not one of {', '.join(KINDS)}.",
             'Leave it out for a training script with a memory bug, or write kind = "estimate" for an estimator.',
         )
+    step = ""  # an estimate's: it is sized before anything runs, so no step of the workflow finds it
+    if kind == "script":
+        step = _require(data, "step", str, manifest)
+        if step not in STEP_NAMES:
+            raise OomLabError(f"{manifest}: step {step!r} is not one of {', '.join(STEP_NAMES)}.", "Use one of those.")
     hints = _require(data, "hints", list, manifest)
     if len(hints) != HINTS or not all(isinstance(h, str) and h.strip() for h in hints):
         raise OomLabError(

@@ -22,6 +22,7 @@ from oomlab.errors import OomLabError
 __all__ = [
     "MODULE_LIST",
     "READ_FIRST",
+    "SIZE_FIRST",
     "Module",
     "load_list",
     "met_before_its_step",
@@ -35,6 +36,8 @@ NAME = re.compile(r"[a-z0-9][a-z0-9-]*")  # a module's name or an exercise's id:
 # The workflow's first box, before any step: what the first module teaches. An exercise met before the
 # module that teaches its step is tagged with it first, so that the workflow is learned in its own order.
 READ_FIRST = "Read the error first"
+# What an estimate exercise drills in place of a step: nothing runs, so it comes before the workflow's first box.
+SIZE_FIRST = "Size it before it runs"
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,11 @@ def met_before_its_step(module: Module | None, step_name: str) -> bool:
 
 
 def step_label(module: Module | None, step_name: str) -> str:
-    """The step an exercise drills as plain words, for the terminal and the notebooks: "3 profile peaks"."""
+    """The step an exercise drills as plain words, for the terminal and the notebooks: "3 profile peaks" (for an
+    estimate exercise, which has none, :data:`SIZE_FIRST`)."""
     from oomlab.steps import step
 
+    if not step_name:  # an estimate exercise: sized from its config, before anything runs
+        return SIZE_FIRST.lower()
     label = step(step_name).label
     return f"{READ_FIRST.lower()}, then {label}" if met_before_its_step(module, step_name) else label

@@ -22,7 +22,7 @@ import datetime
 import time
 from collections.abc import Callable
 
-from oomlab.grading.truth import FIGURES, fingerprint, run_all, variants, verify_report
+from oomlab.grading.truth import FIGURES, check_estimates, fingerprint, run_all, variants, verify_report
 from oomlab.measure.harness import Measurement
 
 SHOWN = ("status", "oom", *FIGURES)
@@ -84,7 +84,8 @@ def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int =
     ``oomlab dev verify`` makes, so that one sitting can write both.
     """
     exercises = list(exercises)
-    runs = [v for ex in exercises for v in variants(ex)]
+    # An estimate exercise runs no script to fork: its grade is measured once, for the truth check's half only.
+    runs = [v for ex in exercises if not ex.is_estimate for v in variants(ex)]
     walls = {}
     measured = {}
     spans = {"fresh": {}, "forked": {}}
@@ -94,14 +95,15 @@ def compare(exercises, note: Callable[[str], None] = lambda _: None, jobs: int =
         walls[way] = round(time.perf_counter() - start, 1)
     (fresh_refs, fresh_runs), (forked_refs, forked_runs) = measured["fresh"], measured["forked"]
     rows = []
-    for ex in exercises:
+    for ex in (ex for ex in exercises if not ex.is_estimate):
         rows.append(_row(ex.id, "reference", "reference", fresh_refs[ex.id], forked_refs[ex.id]))
         for v, (fresh_row, fresh), (forked_row, forked) in zip(runs, fresh_runs, forked_runs, strict=True):
             if v.exercise is ex:
                 verdicts = (fresh_row["verdict"], forked_row["verdict"])
                 rows.append(_row(ex.id, v.name, v.kind, fresh.measurement, forked.measurement, verdicts))
-    ref = fresh_refs[exercises[0].id] if exercises else None
-    verified = verify_report(exercises, runs, forked_refs, forked_runs, jobs, False, walls["forked"], spans["forked"])
+    ref = fresh_refs[rows[0]["exercise"]] if rows else None
+    estimated = check_estimates([ex for ex in exercises if ex.is_estimate], note)
+    verified = verify_report(exercises, runs, forked_refs, forked_runs, jobs, False, walls["forked"], spans["forked"], estimated)
     return {
         "gpu": ref.gpu if ref else None,
         "torch": ref.torch if ref else None,

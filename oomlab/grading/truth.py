@@ -111,6 +111,17 @@ def variants(ex: Exercise) -> list[Variant]:
     return runs
 
 
+def validate_exercise(ex: Exercise) -> None:
+    """Raise the OomLabError that says what in ``ex``'s manifest the grading does not know, before anything runs: a
+    script's checks (:func:`oomlab.grading.checks.validate`), an estimate's sizing (:func:`oomlab.grading.estimates.validate`)."""
+    if ex.is_estimate:
+        from oomlab.grading.estimates import validate as validate_estimate
+
+        validate_estimate(ex)
+    else:
+        validate(ex)
+
+
 def estimate_variants(ex: Exercise) -> list[Variant]:
     """An estimate exercise's runs: the reference, the estimator as shipped (some part of some config must be off),
     each wrong fix (the part it names must be) and each alternative. A cheat is a script's: there are none."""

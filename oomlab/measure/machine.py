@@ -326,6 +326,9 @@ def diagnose() -> tuple[list[tuple[str, str, str]], bool]:
 
     ready = not too_old and ok  # ok: Python new enough, every manifest valid
     for ex in exercises:
+        if ex.is_estimate:  # the learner's estimate runs on the CPU; the course's own runs of its configs on the GPU
+            rows.append(("ok", f"estimate {ex.id}", "no budget: its hidden configs are measured one at a time on this GPU"))
+            continue
         if total < ex.budget_bytes:
             level, finding = "fail", f"needs {in_gib(ex.budget_bytes)}; the GPU has {in_gib(total)}"
         elif free < ex.budget_bytes:

@@ -69,7 +69,8 @@ def regenerate(
     """
     out.mkdir(parents=True, exist_ok=True)
     index = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "figures": {}, "compares": {}}
-    chosen = [course.get(i) for i in only] if only else course.exercises
+    # An estimate exercise runs nothing on the GPU: it has no tool to draw (make promote names it all the same).
+    chosen = [ex for ex in ([course.get(i) for i in only] if only else course.exercises) if not ex.is_estimate]
     runs = []
     for ex in chosen:
         bug = Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol, ex: bug).script()

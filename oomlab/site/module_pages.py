@@ -10,7 +10,7 @@ questions they end with; the answers stay folded on the exercise pages.
 from __future__ import annotations
 
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import READ_FIRST, Module, met_before_its_step
+from oomlab.course.modules import READ_FIRST, SIZE_FIRST, Module, met_before_its_step
 from oomlab.site.markdown import cell, link_from
 from oomlab.steps import step
 
@@ -27,6 +27,8 @@ def page_uri(ex: Exercise) -> str:
 
 def step_tag(page_src_uri: str, ex: Exercise) -> str:
     """The workflow step an exercise drills, linked to its section; "Read the error first, then" it where it comes before its step."""
+    if not ex.step:  # an estimate exercise: no step of the workflow finds what it sizes
+        return SIZE_FIRST
     linked = f"[{step(ex.step).heading}]({link_from(page_src_uri, f'workflow.md#{ex.step}')})"
     if met_before_its_step(ex.module, ex.step):
         return f"[{READ_FIRST}]({link_from(page_src_uri, 'workflow.md#read-the-error-first')}), then {linked}"
@@ -39,7 +41,7 @@ def exercise_table(page_src_uri: str, numbered: list[tuple[int, Exercise]]) -> s
     for n, ex in numbered:
         lines.append(
             f"| {n} | [{cell(ex.title)}]({link_from(page_src_uri, page_uri(ex))}) "
-            f"| {step_tag(page_src_uri, ex)} | {ex.budget_mib:,.0f} MiB |"
+            f"| {step_tag(page_src_uri, ex)} | {'none' if ex.is_estimate else f'{ex.budget_mib:,.0f} MiB'} |"
         )
     return "\n".join(lines)
 

@@ -24,8 +24,8 @@ BLOCK = re.compile(r"(<!-- written by `oomlab dev readme`: (?P<name>[a-z-]+) -->
 
 def gpu_needs(course: Course, facts: dict | None) -> str:
     """What a learner's GPU must have free: the first exercise's and the largest budget, plus a process's own share."""
-    first = course.exercises[0]
-    largest = max(course.exercises, key=lambda ex: ex.budget_bytes)
+    first = course.scripts[0]  # an estimate exercise measures nothing of the learner's: it needs no budget free
+    largest = max(course.scripts, key=lambda ex: ex.budget_bytes)
     context = ((facts or {}).get("facts", {}).get("cuda_context") or {}).get("non_pytorch_bytes")
     measured = (
         f" (its CUDA context and kernels: {format_bytes(context)} measured on an {facts.get('gpu')} by `{site_facts.COMMAND}`)"

@@ -94,12 +94,12 @@ class Reports:
 def load(root: Path, docs_dir: Path) -> Reports:
     """The course under ``root`` and the reports under ``docs_dir``, or a PluginError saying which is unreadable and why."""
     from oomlab.course import Course
-    from oomlab.grading.checks import validate
+    from oomlab.grading.truth import validate_exercise
 
     try:
         exercises = Course(root, working_tree=True).exercises  # the pages show the manifests as edited
         for ex in exercises:
-            validate(ex)  # the pages describe each check the manifest names
+            validate_exercise(ex)  # the pages describe each check (or part) the manifest names
     except OomLabError as err:
         raise PluginError(str(err)) from None
     verify, verify_problem = load_verify(docs_dir)

@@ -251,6 +251,13 @@ def exercise_target(
     shown_as: Path | None = None,
 ) -> Target:
     """The learner's file of ``ex`` (or ``script``, named in shared files as ``shown_as``) under the exercise's settings."""
+    if ex.is_estimate:
+        raise OomLabError(
+            f"{ex.id} is sized before anything runs: its {ex.file} computes estimate(config) and runs nothing on the GPU, "
+            "so the tools have no run to look at.",
+            f"`oomlab run {ex.id}` shows your estimate beside the CPU's count of the example configs; "
+            f"`oomlab check {ex.id}` grades it.",
+        )
     script = Path(script or ex.learner_path).resolve()
     display = Path(shown_as or script)
     return Target(
