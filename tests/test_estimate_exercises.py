@@ -306,3 +306,23 @@ def test_equivalence_forks_no_estimator_and_its_truth_check_half_grades_each_est
     assert table["rows"] == [] and graded == [ex]
     assert [row["id"] for row in verified["exercises"]] == [ex.id] and (verified["gpu"], verified["torch"]) == ("H200", "2.11")
     assert verified["runs"] == len(runs), "an estimate's runs, and no reference"
+
+
+def test_the_measurements_page_shows_an_estimators_parts_where_a_script_shows_its_peaks():
+    pytest.importorskip("mkdocs")
+    from oomlab.grading import truth
+    from oomlab.site.measurements_page import measurements_page
+    from oomlab.site.reports import Reports
+
+    ex = draft("size-a-decoder")
+    runs = [
+        {"name": v.name, "kind": v.kind, "verdict": "fail", "within": 10, "total": 18, "failed_parts": sorted(v.expect)[:1]}
+        for v in truth.variants(ex)
+    ]
+    runs[0].update(verdict="pass", within=18, failed_parts=[])
+    row = truth.estimate_row(ex, runs, "H200", "2.11")
+    page = measurements_page(Reports(exercises=[ex], verify={"gpu": "H200", "torch": "2.11", "exercises": [row]}))
+    assert "No budget: each estimator is graded on hidden configs" in page and "Budget" not in page
+    assert "| reference solution | pass | 18 of 18 | none |" in page
+    fix = ex.wrong_fixes[0]
+    assert f"| wrong fix: {fix.name} | fail | 10 of 18 | `{fix.expect}` |" in page and "| Peak allocated" not in page
