@@ -77,7 +77,8 @@ def test_an_estimate_notebook_states_its_parts_and_examples_and_scores_each_part
     MetadataValidator().validate_nb(nb)  # what nbgrader checks before it generates an assignment
     problem, exercise, measure, *rest = nb.cells
     kind_tolerance = estimates.SIZED[ex.sizes].tolerance
-    assert "No memory budget" in problem.source and "Memory budget:" not in problem.source
+    assert "Size it before it runs: no step of the workflow, and no memory budget" in problem.source
+    assert "Memory budget:" not in problem.source and "Workflow step" not in problem.source
     assert all(f"| `{p}` | ±{kind_tolerance[p]:.0%} | {POINTS_PER_CHECK} |" in problem.source for p in parts_of(ex))
     assert "| # | " + " | ".join(ex.examples[0]) + " |" in problem.source
     assert all(f"| {i} | {cfg['layers']} | {cfg['width']} |" in problem.source for i, cfg in enumerate(ex.examples, 1))

@@ -48,7 +48,7 @@ from oomlab.classroom.scoring import (
     script_name,
 )
 from oomlab.course.manifest import Exercise
-from oomlab.course.modules import step_label
+from oomlab.course.modules import SIZE_FIRST, step_label
 from oomlab.course.originals import shipped_source
 from oomlab.grading.truth import source_digest
 from oomlab.sizing.grade import SIZED
@@ -133,7 +133,7 @@ def _estimate_problem(ex: Exercise) -> str:
         [
             f"# {ex.title}",
             "",
-            f"*Workflow step: {step_label(ex.module, ex.step)}. No memory budget: you size it before anything runs.*",
+            f"*{SIZE_FIRST}: no step of the workflow, and no memory budget, since nothing of yours runs on the GPU.*",
             "",
             ex.summary,
             "",
