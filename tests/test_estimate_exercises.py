@@ -326,3 +326,39 @@ def test_the_measurements_page_shows_an_estimators_parts_where_a_script_shows_it
     assert "| reference solution | pass | 18 of 18 | none |" in page
     fix = ex.wrong_fixes[0]
     assert f"| wrong fix: {fix.name} | fail | 10 of 18 | `{fix.expect}` |" in page and "| Peak allocated" not in page
+
+
+def test_a_draft_is_verified_by_its_id_and_its_runs_are_shown_not_written(course_copy, monkeypatch, capsys):
+    """Before a draft joins the course its truth check runs as the course's does, and the report, which describes
+    the course, is left alone; drafts and the course's exercises are never mixed in one sitting."""
+    from oomlab.grading import truth
+    from tests.in_process import oomlab
+
+    monkeypatch.setenv("OOMLAB_ROOT", str(course_copy))
+    report_path = course_copy / "course" / "measurements" / "verify.json"  # the copy has none: none is written
+
+    def verified(exercises, note, jobs, fresh):
+        rows = []
+        for ex in exercises:
+            runs = [
+                {
+                    "name": v.name,
+                    "kind": v.kind,
+                    "verdict": "fail",
+                    "within": 1,
+                    "total": 2,
+                    "failed_parts": sorted(v.expect)[:1],
+                    "expected_failure": sorted(v.expect) or None,
+                    "as_expected": v.kind != "solution",
+                }
+                for v in truth.variants(ex)
+            ]
+            rows.append(truth.estimate_row(ex, runs, "H200", "2.11"))
+        return {"gpu": "H200", "torch": "2.11", "exercises": rows, "ok": False, "runs": 1, "wall_s": 1.0, "runner": "forked"}
+
+    monkeypatch.setattr(truth, "verify", verified)
+    rc, said = oomlab(capsys, "dev", "verify", "--exercise", "size-a-decoder", "--jobs", "1")
+    assert rc == 1 and "verify on H200" in said and "Not written to course/measurements/verify.json" in said, said
+    assert "Not every run of the drafts as expected" in said and not report_path.exists()
+    rc, said = oomlab(capsys, "dev", "verify", "--exercise", "size-a-decoder", "--exercise", "eval-graphs")
+    assert rc == 2 and "Verify the drafts in one sitting and the course's exercises in another" in said, said

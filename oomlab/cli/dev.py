@@ -89,20 +89,51 @@ def verify(
     fresh: bool = typer.Option(False, "--fresh", help="measure each run in a new Python process, not forked from a warm server"),
     only: Optional[list[str]] = ONLY,
 ) -> None:
-    """The course's truth check: every reference fix passes, every seeded bug, wrong fix and cheat fails."""
+    """The course's truth check: every reference fix passes, every seeded bug, wrong fix and cheat fails.
+
+    Drafts (modules.toml's ``drafts``), named by id, are checked the same way before they join the course, and
+    their runs are shown, not written: the report describes the course.
+    """
     from oomlab.grading.sittings import merge_verify
-    from oomlab.grading.truth import all_runs
     from oomlab.grading.truth import verify as verify_course
 
     course = Course(working_tree=True)
-    chosen = [course.get(e) for e in only] if only else course.exercises
+    drafts = [e for e in only or [] if e in course.drafts]
+    if drafts and len(drafts) != len(only):
+        raise OomLabError(
+            f"{', '.join(drafts)} {'is a draft' if len(drafts) == 1 else 'are drafts'}, checked without writing the report; "
+            f"the others named are the course's: {', '.join(e for e in only if e not in drafts)}.",
+            "Verify the drafts in one sitting and the course's exercises in another.",
+        )
+    chosen = [course.draft(e) for e in drafts] if drafts else [course.get(e) for e in only] if only else course.exercises
     path = json_path or course.root / reports.VERIFY
-    jobs = sitting_jobs(course, jobs, only, path)
+    jobs = (jobs or auto_jobs(course)) if drafts else sitting_jobs(course, jobs, only, path)
     with console.status(f"Verifying, {jobs} runs at a time…") as status:
         report = verify_course(chosen, note=lambda s: status.update(f"Verifying: {s}…"), jobs=jobs, fresh=fresh)
-    if only:
+    if only and not drafts:
         report, dropped = merge_verify(read_report(path), report, course.exercises)
         say_dropped(path, course, dropped)
+    print_verify_table(report)
+    if drafts:
+        console.print(f"Not written to {relpath(path, course.root)}: drafts join the report when they join the course.")
+        if not report["ok"]:
+            console.print(Text("Not every run of the drafts as expected: see the ✗ rows.", style="bold red"))
+            raise typer.Exit(1)
+        return
+    write_report(course, path, report, None if report["ok"] else "Verification failed")
+    console.print(
+        Text(
+            f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time, {report['runner']}"
+            + (f", in {report['sittings']} sittings." if report.get("sittings", 1) > 1 else "."),
+            style="green",
+        )
+    )
+
+
+def print_verify_table(report: dict) -> None:
+    """Every run of a truth check, a line each: its verdict, what was expected, and its figures (an estimator's parts)."""
+    from oomlab.grading.truth import all_runs
+
     table = Table(header_style="bold", title=f"verify on {report['gpu']}, torch {report['torch']}", title_justify="left")
     for col in (
         "exercise",
@@ -136,14 +167,6 @@ def verify(
                 str(r["retries"]),
             )
     console.print(table)
-    write_report(course, path, report, None if report["ok"] else "Verification failed")
-    console.print(
-        Text(
-            f"All as expected: {report['runs']} runs in {report['wall_s']} s, {jobs} at a time, {report['runner']}"
-            + (f", in {report['sittings']} sittings." if report.get("sittings", 1) > 1 else "."),
-            style="green",
-        )
-    )
 
 
 @dev_app.command()
