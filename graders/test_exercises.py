@@ -69,7 +69,7 @@ def test_your_fix_passes(ex, request):
         pytest.skip("grades your files: run without --solutions")
     if ex.is_estimate:
         from oomlab.grading.estimates import grade_estimate
-        from oomlab.sizing.present import brief
+        from oomlab.sizing import brief
 
         sized = grade_estimate(ex, ex.learner_path)
         assert sized.passed, "\n".join(

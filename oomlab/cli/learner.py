@@ -280,15 +280,18 @@ def estimate_and_show(ex: Exercise, progress: Progress) -> bool:
         report = grade_estimate(ex, ex.learner_path)
     console.print(scores_table(report))
     print_manifest_note(console, ex)
-    if report.passed:
+    show_verdict(ex, progress, report.passed, f"{', '.join(failed_parts(report))} off in some config")
+    return report.passed
+
+
+def show_verdict(ex: Exercise, progress: Progress, passed: bool, why: str = "") -> None:
+    """A check's last line, and the exercise marked passed where it passed; ``why`` it did not, where that is short."""
+    if passed:
         progress.mark_passed(ex.id)
         console.print(Text(f"✓ {ex.id} passes.", style="bold green"))
     else:
-        console.print(
-            Text(f"✗ {ex.id} does not pass yet: ", style="bold red")
-            + Text(f"{', '.join(failed_parts(report))} off in some config. `oomlab hint {ex.id}` for a nudge.")
-        )
-    return report.passed
+        said = f": {why}." if why else "."
+        console.print(Text(f"✗ {ex.id} does not pass yet{said}", style="bold red") + Text(f" `oomlab hint {ex.id}` for a nudge."))
 
 
 def grade_and_show(ex: Exercise, progress: Progress) -> Report:
@@ -301,11 +304,7 @@ def grade_and_show(ex: Exercise, progress: Progress) -> Report:
     with measuring(ex, "Checking (first time here: the reference solution too)" if first else "Checking"):
         report = grade(ex, ex.learner_path)
     print_report(console, report)
-    if report.passed:
-        progress.mark_passed(ex.id)
-        console.print(Text(f"✓ {ex.id} passes.", style="bold green"))
-    else:
-        console.print(Text(f"✗ {ex.id} does not pass yet.", style="bold red") + Text(f" `oomlab hint {ex.id}` for a nudge."))
+    show_verdict(ex, progress, report.passed)
     return report
 
 

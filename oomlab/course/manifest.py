@@ -202,8 +202,18 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
     if not question.strip() or not answer.strip():
         raise OomLabError(f"{manifest}: [interview] needs a question and a model answer.", "Write both.")
 
+    # What every kind has, read and checked above; the rest is the kind's own.
+    known = {
+        "id": ex_id,
+        "module": module,
+        "step": step,
+        "hints": tuple(h.strip() for h in hints),
+        "interview": Interview(" ".join(question.split()), answer.strip()),
+        "root": root,
+        "manifest_path": manifest,
+    }
     if kind == "estimate":
-        return _load_estimate(data, manifest, root, solutions, module, ex_id, step, hints, question, answer)
+        return _load_estimate(data, manifest, solutions, known)
     for key in ESTIMATE_ONLY:
         if key in data:
             raise OomLabError(
@@ -227,10 +237,8 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
     wrong_fixes, alternatives = _fixes(data, manifest, checks)
 
     return Exercise(
-        id=ex_id,
+        **known,
         title=_require(data, "title", str, manifest),
-        module=module,
-        step=step,
         file=_require(data, "file", str, manifest),
         budget_bytes=budget,
         alloc_conf=_require(data, "alloc_conf", str, manifest) if "alloc_conf" in data else "",
@@ -239,13 +247,9 @@ def _load(manifest: Path, root: Path, solutions: Path | None, module: Module | N
         long_check=" ".join(_require(data, "long_check", str, manifest).split()) if "long_check" in data else "",
         symptom=symptom,
         summary=" ".join(_require(data, "summary", str, manifest).split()),  # one paragraph, wrapped by whoever shows it
-        hints=tuple(h.strip() for h in hints),
-        interview=Interview(" ".join(question.split()), answer.strip()),
         checks=checks,
-        wrong_fixes=tuple(wrong_fixes),
-        alternatives=tuple(alternatives),
-        root=root,
-        manifest_path=manifest,
+        wrong_fixes=wrong_fixes,
+        alternatives=alternatives,
         solution_path=(solutions or root / "solutions") / ex_id / _require(data, "file", str, manifest),
     )
 
@@ -264,18 +268,7 @@ def _fixes(data: dict, manifest: Path, checks: dict) -> tuple[tuple[WrongFix, ..
     return tuple(wrong_fixes), tuple(alternatives)
 
 
-def _load_estimate(
-    data: dict,
-    manifest: Path,
-    root: Path,
-    solutions: Path | None,
-    module: Module | None,
-    ex_id: str,
-    step: str,
-    hints: list,
-    question: str,
-    answer: str,
-) -> Exercise:
+def _load_estimate(data: dict, manifest: Path, solutions: Path | None, known: dict) -> Exercise:
     """The rest of an estimate exercise's manifest: what it sizes, its public examples, wrong fixes that name a part.
 
     Which things can be sized, their configs' fields and their parts are the sizing's to say: they are checked by
@@ -294,10 +287,8 @@ def _load_estimate(
     wrong_fixes, alternatives = _fixes(data, manifest, {})
     file = _require(data, "file", str, manifest)
     return Exercise(
-        id=ex_id,
+        **known,
         title=_require(data, "title", str, manifest),
-        module=module,
-        step=step,
         file=file,
         budget_bytes=0,
         alloc_conf="",
@@ -305,14 +296,10 @@ def _load_estimate(
         time_limit_s=0.0,
         symptom="",
         summary=" ".join(_require(data, "summary", str, manifest).split()),
-        hints=tuple(h.strip() for h in hints),
-        interview=Interview(" ".join(question.split()), answer.strip()),
         checks={},
         wrong_fixes=wrong_fixes,
         alternatives=alternatives,
-        root=root,
-        manifest_path=manifest,
-        solution_path=(solutions or root / "solutions") / ex_id / file,
+        solution_path=(solutions or known["root"] / "solutions") / known["id"] / file,
         kind="estimate",
         sizes=sizes,
         examples=tuple(examples),

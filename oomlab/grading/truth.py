@@ -89,18 +89,28 @@ class Variant:
 
 
 def variants(ex: Exercise) -> list[Variant]:
-    """Every run the truth check makes for ``ex``, the reference fix first."""
+    """Every run the truth check makes for ``ex``, the reference fix first.
+
+    An estimate exercise's bug (the estimator as shipped) must get some part of some config wrong, each wrong fix the
+    part it names; a cheat is a script's, so it has none.
+    """
+    validate_exercise(ex)  # a check, a part or an example the grading does not know is said before anything runs
     if ex.is_estimate:
-        return estimate_variants(ex)
-    validate(ex)
+        from oomlab.grading.estimates import parts_of
+
+        missed = frozenset(parts_of(ex))
+    else:
+        missed = frozenset({ex.symptom})
     runs = [
         Variant(ex, "solution", "solution", frozenset()),
-        Variant(ex, "bug", "bug", frozenset({ex.symptom}), lambda bug, sol, ex: bug),
+        Variant(ex, "bug", "bug", missed, lambda bug, sol, ex: bug),
     ]
     for fix in ex.wrong_fixes:
         runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, ex, fix=fix: fix.apply(bug)))
     for alt in ex.alternatives:
         runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, ex, alt=alt: alt.apply(bug)))
+    if ex.is_estimate:
+        return runs
     for cheat in CHEATS:
         if ex.learner_settings and cheat.name == "allocator-settings-at-runtime":
             continue  # where the fix is a setting, setting it at run time is a fix, not a cheat
@@ -120,23 +130,6 @@ def validate_exercise(ex: Exercise) -> None:
         validate_estimate(ex)
     else:
         validate(ex)
-
-
-def estimate_variants(ex: Exercise) -> list[Variant]:
-    """An estimate exercise's runs: the reference, the estimator as shipped (some part of some config must be off),
-    each wrong fix (the part it names must be) and each alternative. A cheat is a script's: there are none."""
-    from oomlab.grading.estimates import parts_of, validate
-
-    validate(ex)  # a sizes, an example or an expect the sizing does not know is said before anything runs
-    runs = [
-        Variant(ex, "solution", "solution", frozenset()),
-        Variant(ex, "bug", "bug", frozenset(parts_of(ex)), lambda bug, sol, ex: bug),
-    ]
-    for fix in ex.wrong_fixes:
-        runs.append(Variant(ex, "wrong-fix", fix.name, frozenset({fix.expect}), lambda bug, sol, ex, fix=fix: fix.apply(bug)))
-    for alt in ex.alternatives:
-        runs.append(Variant(ex, "alternative", alt.name, frozenset(), lambda bug, sol, ex, alt=alt: alt.apply(bug)))
-    return runs
 
 
 def check_estimate(variant: Variant):
@@ -169,7 +162,6 @@ def check_estimate(variant: Variant):
 
 def estimate_row(ex: Exercise, rows: list[dict], gpu: str = "", torch: str = "") -> dict:
     """One estimate exercise's part of the report, from its variants' rows (in :func:`variants` order)."""
-    by_kind = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
     return {
         "id": ex.id,
         "kind": "estimate",
@@ -178,11 +170,7 @@ def estimate_row(ex: Exercise, rows: list[dict], gpu: str = "", torch: str = "")
         "code": estimate_fingerprint(),
         "gpu": gpu,
         "torch": torch,
-        "solution": by_kind("solution")[0],
-        "buggy": by_kind("bug")[0],
-        "wrong_fixes": by_kind("wrong-fix"),
-        "alternatives": by_kind("alternative"),
-        "cheats": [],
+        **runs_by_kind(rows),
     }
 
 
@@ -324,20 +312,27 @@ def stale(row: dict, ex: Exercise) -> str | None:
 
 def exercise_row(ex: Exercise, ref: Measurement, rows: list[dict]) -> dict:
     """One exercise's part of the report, from its reference and its variants' rows (in :func:`variants` order)."""
-    by_kind = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
     row = {
         "id": ex.id,
         "sources": source_digest(ex),
         "budget_bytes": ex.budget_bytes,
         "reference_workload": {k: ref.workload.get(k) for k in ("optimizer_steps", "train_samples", "inference_samples")},
+        **runs_by_kind(rows),
+    }
+    row["repeatable"] = row["solution"]["repeatable"]
+    return row
+
+
+def runs_by_kind(rows: list[dict]) -> dict:
+    """A report row's runs by kind (:func:`all_runs` reads them back): the fix, the bug, wrong fixes, alternatives, cheats."""
+    by_kind = lambda kind: [r for r in rows if r["kind"] == kind]  # noqa: E731
+    return {
         "solution": by_kind("solution")[0],
         "buggy": by_kind("bug")[0],
         "wrong_fixes": by_kind("wrong-fix"),
         "alternatives": by_kind("alternative"),
         "cheats": by_kind("cheat"),
     }
-    row["repeatable"] = row["solution"]["repeatable"]
-    return row
 
 
 def declared_conf(variant: Variant) -> str | None:

@@ -14,7 +14,6 @@ from mkdocs.exceptions import PluginError
 from oomlab.course.manifest import Exercise
 from oomlab.grading.estimates import parts_of
 from oomlab.site.markdown import FRONT_MATTER, cell
-from oomlab.site.module_pages import page_uri, step_tag
 from oomlab.site.reports import Reports
 from oomlab.sizing.grade import SIZED
 from oomlab.sizing.hidden import COUNT
@@ -26,23 +25,15 @@ WHAT = {"train": "one training step", "decode": "a greedy generation with a KV c
 
 def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
     """The whole page of estimate exercise ``number`` of ``total``, as Markdown."""
-    from oomlab.site.exercise_page import alternatives_section, fence, hints_section, interview_section, prose
+    from oomlab.site.exercise_page import alternatives_section, fence, hints_section, interview_section, page_head
 
-    uri = page_uri(ex)
     script = ex.learner_path
     if not script.is_file():
         raise PluginError(f"{ex.manifest_path}: its estimator {script} does not exist.")
     rel_script = script.relative_to(ex.root).as_posix()
     kind = SIZED[ex.sizes]
     md = [
-        f"# {ex.title}",
-        "",
-        f"Exercise {number} of {total}. Workflow step: {step_tag(uri, ex)}.",
-        "",
-        prose(ex.summary),
-        "",
-        "| Exercise | |",
-        "|---|---|",
+        *page_head(ex, number, total),
         f"| You write | `estimate(config)`: the bytes of each part of {WHAT[ex.sizes]} |",
         f"| Graded on | {COUNT} hidden configs drawn from your estimator's own text, each measured on the GPU |",
         "| Memory budget | none: nothing of yours runs on the GPU |",

@@ -227,7 +227,6 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
 
         return estimate_page(ex, number, total, reports)
 
-    uri = page_uri(ex)
     script = ex.learner_path
     if not script.is_file():
         raise PluginError(f"{ex.manifest_path}: its script {script} does not exist.")
@@ -235,14 +234,7 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
     alloc = f"`PYTORCH_CUDA_ALLOC_CONF={ex.alloc_conf}`" if ex.alloc_conf else "the defaults (no `PYTORCH_CUDA_ALLOC_CONF`)"
 
     md = [
-        f"# {ex.title}",
-        "",
-        f"Exercise {number} of {total}. Workflow step: {step_tag(uri, ex)}.",
-        "",
-        prose(ex.summary),
-        "",
-        "| Exercise | |",
-        "|---|---|",
+        *page_head(ex, number, total),
         f"| Memory budget | {budget(ex)} |",
         f"| Allocator settings | {alloc} |",
         f"| Time limit | {ex.time_limit_s:g} s |",
@@ -489,6 +481,20 @@ def wrong_fix_section(ex: Exercise, reports: Reports) -> list[str]:
         lambda fix: f"caught by `{fix.expect}`",
         lambda fix, run: f"{'fails' if fix.expect in (run.get('failed_checks') or []) else 'does NOT fail'} `{fix.expect}`",
     )
+
+
+def page_head(ex: Exercise, number: int, total: int) -> list[str]:
+    """An exercise page's top: its title, its place and step, its summary, and the head of its facts table."""
+    return [
+        f"# {ex.title}",
+        "",
+        f"Exercise {number} of {total}. Workflow step: {step_tag(page_uri(ex), ex)}.",
+        "",
+        prose(ex.summary),
+        "",
+        "| Exercise | |",
+        "|---|---|",
+    ]
 
 
 def hints_section(ex: Exercise) -> list[str]:

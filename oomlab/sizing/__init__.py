@@ -39,4 +39,9 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations", "peak")
 # measuring and the scoring. A grade kept from before (a class's, oomlab.classroom.measured) is keyed by it.
 SIZING_CODE = tuple(sorted(Path(__file__).resolve().parent.glob("*.py")))
 
-__all__ = ["PARTS", "SIZING_CODE"]
+__all__ = ["PARTS", "SIZING_CODE", "brief"]
+
+
+def brief(cfg: dict) -> str:
+    """A config (as a dict) on one line, its fields as ``name=value``: how messages and tables name one."""
+    return ", ".join(f"{k}={v}" for k, v in cfg.items())

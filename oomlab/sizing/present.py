@@ -14,15 +14,11 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from oomlab.sizing import brief
 from oomlab.sizing.score import PartScore
 from oomlab.units import in_mib
 
-__all__ = ["brief", "examples_table", "off_lines", "part_line", "scores_table"]
-
-
-def brief(cfg: dict) -> str:
-    """A config on one line: its fields as ``name=value``."""
-    return ", ".join(f"{k}={v}" for k, v in cfg.items())
+__all__ = ["examples_table", "off_lines", "part_line", "scores_table"]
 
 
 def _error(s: PartScore) -> str:

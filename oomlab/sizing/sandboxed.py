@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from oomlab.errors import OomLabError
-from oomlab.sizing import PARTS
+from oomlab.sizing import PARTS, brief
 from oomlab.sizing.score import checked_estimate
 
 __all__ = ["ANSWER_FD", "TIME_LIMIT_S", "estimator_file", "gpu_devices", "run_estimator"]
@@ -210,7 +210,7 @@ def _child() -> int:
             estimates.append(_plain(estimate(dict(cfg))))
         except BaseException as err:  # noqa: BLE001
             return reply(
-                error=f"estimate() failed on config {i} ({_brief(cfg)}):\n{_last_frames(err, traceback)}",
+                error=f"estimate() failed on config {i} ({brief(cfg)}):\n{_last_frames(err, traceback)}",
                 todo="Run it on that config with `python estimate.py`, fix it, then check again.",
             )
     return reply(estimates=estimates)
@@ -231,10 +231,6 @@ def _plain(value):
         return value  # not a dict, and refused by the parent, which names its type
     except (TypeError, ValueError):
         return repr(value)[:80]
-
-
-def _brief(cfg: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in cfg.items())
 
 
 def _last_frames(err: BaseException, traceback) -> str:
