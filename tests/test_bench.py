@@ -117,6 +117,41 @@ def test_a_checks_only_sitting_caches_every_reference_then_times_first_checks_wi
     assert all((tmp_path / "exercises" / i / "train.py").read_text() == f"# the bug of {i}\n" for i in "abc")
 
 
+def test_an_estimate_exercise_is_timed_by_checks_of_its_reference_estimator_and_its_file_is_put_back(monkeypatch, tmp_path):
+    import oomlab.bench as bench
+
+    folder = tmp_path / "exercises" / "size-it"
+    folder.mkdir(parents=True)
+    learner = folder / "estimate.py"
+    learner.write_text("# the shipped estimator\n", encoding="utf-8")
+    (tmp_path / "reference.py").write_text("# the reference estimator\n", encoding="utf-8")
+    seen: list[str] = []
+
+    def timed(args, cwd, env):
+        assert args[3:] == ["check", "size-it"] and cwd == tmp_path
+        seen.append(learner.read_text(encoding="utf-8"))
+        return {1: 9.0, 2: 7.0, 3: 8.0}[len(seen)]
+
+    monkeypatch.setattr(bench, "timed", timed)
+    ex = type(
+        "Ex",
+        (),
+        {
+            "id": "size-it",
+            "file": "estimate.py",
+            "budget_bytes": None,
+            "long_check": "",
+            "solution_path": tmp_path / "reference.py",
+        },
+    )()
+    row = bench.estimate_checks(tmp_path, ex, 3, lambda _: None)
+
+    assert seen == ["# the reference estimator\n"] * 3, "each check grades the reference estimator"
+    assert row == {"id": "size-it", "budget_bytes": None, "says_why": False, "check_cold_s": 8.0}
+    assert learner.read_text(encoding="utf-8") == "# the shipped estimator\n"
+    assert bench.targets({"exercises": [], "checks": [row]})["check_under_15_s"]
+
+
 def test_a_checks_only_row_leaves_the_exercises_other_figures_and_the_latest_timing_of_a_check_counts():
     from oomlab.bench import check_rows
     from oomlab.site.measurements_page import check_table

@@ -256,6 +256,22 @@ def checks_sitting(root: Path, exercises: list, repeat: int, note: Callable[[str
             learners[ex.id].write_text(shipped[ex.id], encoding="utf-8")
 
 
+def estimate_checks(root: Path, ex, repeat: int, note: Callable[[str], None]) -> dict:
+    """An estimate exercise's ``checks`` row: ``oomlab check ID`` with the reference estimator as the learner's file,
+    ``repeat`` times (``check_cold_s``, their median). Each is a first check: nothing is kept warm or cached for an
+    estimate, whose every check runs the estimator in its sandbox and measures its hidden configs on the GPU."""
+    learner = root / "exercises" / ex.id / ex.file
+    shipped = learner.read_text(encoding="utf-8")
+    row = row_of(ex)
+    try:
+        learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
+        note(f"{ex.id}: checks of the reference estimator")
+        row["check_cold_s"] = median([timed(oomlab("check", ex.id), root, _env("")) for _ in range(repeat)])
+    finally:
+        learner.write_text(shipped, encoding="utf-8")
+    return row
+
+
 def learner_check_s(row: dict) -> float | None:
     """What a learner waits for at ``oomlab check`` of an exercise, its reference cached: a check after the first of
     a sitting (``check_kept_s``) where one was timed, else a first one (``check_cold_s``)."""
@@ -364,10 +380,12 @@ def bench(
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "repeat": repeat,
         }
-        # A script exercise's run, check, re-check and tools; an estimate exercise's wait is its configs' measuring,
-        # not yet timed here.
-        chosen = [ex for ex in ([course.get(i) for i in only] if only else course.exercises) if not ex.is_estimate]
-        chosen = chosen if exercises else []
+        # A script exercise's run, check, re-check and tools; an estimate exercise's check alone, as nothing of it runs.
+        named = [course.get(i) for i in only] if only else course.exercises
+        estimates = [ex for ex in named if ex.is_estimate] if exercises else []
+        chosen = [ex for ex in named if not ex.is_estimate] if exercises else []
+        for ex in estimates:
+            yield {**sitting, "checks": [{**estimate_checks(root, ex, repeat, note), **sitting}]}
         if checks_only:
             for row in checks_sitting(root, chosen, repeat, note):
                 yield {**sitting, "checks": [{**row, **sitting}]}
