@@ -264,6 +264,41 @@ def test_the_estimator_can_read_no_answer_and_reach_no_gpu(tmp_path):
     assert answer["activations"] == 1.0  # and CUDA sees no device, besides the device files it cannot open
 
 
+@pytest.mark.parametrize("where", ["at load", "in estimate()"])
+def test_an_estimator_cannot_simulate_the_step_with_torch_and_is_told_why(tmp_path, where):
+    landlock()
+    pytest.importorskip("torch")  # torch is installed, only the estimator cannot reach it
+    text = (
+        "import torch\ndef estimate(cfg):\n    return {}\n"
+        if where == "at load"
+        else "def estimate(cfg):\n    from torch.utils import checkpoint\n    return {}\n"
+    )
+    with pytest.raises(OomLabError, match="imports torch. torch cannot be imported by an estimator") as err:
+        run_estimator(write(tmp_path / "ex", text), CONFIGS[:1], tmp_path)
+    assert "arithmetic on the config" in str(err.value) and "oomlab run" in err.value.todo
+
+
+def test_an_estimator_that_removes_the_finder_still_cannot_read_torch(tmp_path):
+    landlock()
+    pytest.importorskip("torch")
+    script = write(
+        tmp_path / "ex",
+        """
+        import sys
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "NoTorch"]
+        try:
+            import torch
+            reached = 1.0
+        except OSError:  # the folder is there, and its files cannot be opened
+            reached = 0.0
+        def estimate(cfg):
+            return dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "peak"), reached)
+        """,
+    )
+    (answer,) = run_estimator(script, CONFIGS[:1], tmp_path)
+    assert answer["peak"] == 0.0
+
+
 @pytest.mark.parametrize(
     "text, said",
     [

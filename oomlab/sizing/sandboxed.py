@@ -9,7 +9,11 @@ script's run does: :mod:`oomlab.measure.confine`):
   be made whatever the code does to ``CUDA_VISIBLE_DEVICES`` (which is emptied too);
 - the **answers**: the course folder (the reference estimator, the measured configs
   cached in ``.oomlab/``, git's history), the package's copy of the course, and the
-  run's own files.
+  run's own files;
+- **torch**: its installed folder is hidden, so the step cannot be simulated on the CPU
+  or the meta device instead of sized (:func:`torch_folders`). An estimate is the
+  arithmetic a whiteboard holds; a finder in front of the imports says so in words
+  (:class:`NoTorch`), and the hidden folder keeps it so where the code removes the finder.
 
 The child loads the file as a module (its ``if __name__ == "__main__":`` part does
 not run), calls ``estimate(config)`` once per config with a fresh dict, and writes
@@ -39,10 +43,14 @@ from oomlab.errors import OomLabError
 from oomlab.sizing import PARTS, brief
 from oomlab.sizing.score import checked_estimate
 
-__all__ = ["ANSWER_FD", "TIME_LIMIT_S", "estimator_file", "gpu_devices", "run_estimator"]
+__all__ = ["ANSWER_FD", "NO_TORCH", "TIME_LIMIT_S", "estimator_file", "gpu_devices", "run_estimator", "torch_folders"]
 
 ANSWER_FD = "OOMLAB_ANSWER_FD"  # the descriptor the child writes its answers on
-TIME_LIMIT_S = 120.0  # for every config together: arithmetic takes milliseconds, a simulation on the CPU seconds
+TIME_LIMIT_S = 120.0  # for every config together: arithmetic takes milliseconds
+NO_TORCH = (
+    "torch cannot be imported by an estimator: an estimate is arithmetic on the config, made before anything runs, "
+    "not the step simulated on the CPU or the meta device."
+)
 LOG_TAIL = 2000  # characters of the estimator's output kept for an error message
 AFTER_ANSWER_S = 2.0  # how long the estimator's process may take to end once it has answered
 
@@ -50,6 +58,17 @@ AFTER_ANSWER_S = 2.0  # how long the estimator's process may take to end once it
 def gpu_devices() -> list[str]:
     """The device files through which a process reaches an NVIDIA GPU (none on a machine without one)."""
     return sorted(set(glob.glob("/dev/nvidia*")) | set(glob.glob("/dev/dri")))
+
+
+def torch_folders() -> list[Path]:
+    """Where torch is installed (found without importing it): hidden from an estimator."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return []
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
 
 
 def estimator_file(script: Path) -> Path:
@@ -82,7 +101,8 @@ def run_estimator(
         tmp = Path(tmp)
         work = tmp / "work"
         work.mkdir()
-        policy = confine.grading_policy(script, tmp, work, course_root, hide=(*map(Path, gpu_devices()), *hide))
+        hidden = (*map(Path, gpu_devices()), *torch_folders(), *hide)
+        policy = confine.grading_policy(script, tmp, work, course_root, hide=hidden)
         request = {"script": str(script), "configs": configs, "policy": policy.to_json(), "required": sandbox_required}
         log = tmp / "log.txt"
         read_end, write_end = os.pipe()
@@ -191,9 +211,12 @@ def _child() -> int:
     import runpy
     import traceback
 
+    sys.meta_path.insert(0, NoTorch())
     sys.path.insert(0, os.path.dirname(script))  # a helper module beside the estimator imports, as under python
     try:
         namespace = runpy.run_path(script, run_name="oomlab_estimate")
+    except NoTorchError:
+        return reply(error=f"{os.path.basename(script)} imports torch. {NO_TORCH}", todo=NO_TORCH_TODO)
     except BaseException as err:  # noqa: BLE001 - the learner's code may raise anything; the parent says what
         return reply(
             error=f"Loading {os.path.basename(script)} failed:\n{_last_frames(err, traceback)}", todo="Fix it, then check again."
@@ -208,12 +231,30 @@ def _child() -> int:
     for i, cfg in enumerate(request["configs"], 1):
         try:
             estimates.append(_plain(estimate(dict(cfg))))
+        except NoTorchError:
+            return reply(error=f"estimate() imports torch. {NO_TORCH}", todo=NO_TORCH_TODO)
         except BaseException as err:  # noqa: BLE001
             return reply(
                 error=f"estimate() failed on config {i} ({brief(cfg)}):\n{_last_frames(err, traceback)}",
                 todo="Run it on that config with `python estimate.py`, fix it, then check again.",
             )
     return reply(estimates=estimates)
+
+
+NO_TORCH_TODO = "Count the bytes from the config's numbers; `oomlab run` shows the CPU's count of the examples beside yours."
+
+
+class NoTorchError(ImportError):
+    pass
+
+
+class NoTorch:
+    """A finder ahead of every other: importing torch (or a part of it) fails with :data:`NO_TORCH`."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise NoTorchError(NO_TORCH, name=name)
+        return None
 
 
 def _plain(value):
