@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import inspect
 import re
 import shutil
 from pathlib import Path
@@ -281,6 +283,14 @@ def test_the_page_of_an_estimate_exercise_shows_the_task_its_tolerances_and_exam
     assert all(f"| `{part}` | ±" in page for part in parts_of(ex)) and "## Example configs" in page
     assert all(f"`{fix.name}`: gets `{fix.expect}` wrong" in page for fix in ex.wrong_fixes)
     assert "## Hints" in page and "## In an interview" in page and "def estimate(config):" in page
+    # The learner's folder holds no copy of the model: the page shows the code the grader runs, as it is.
+    from oomlab.sizing.grade import SIZED
+
+    kind = SIZED[ex.sizes]
+    assert "## What you size" in page and f"python -m inspect {kind.model}" in page
+    model = importlib.import_module(kind.model)
+    assert inspect.getsource(model).strip() in page
+    assert inspect.getsource(getattr(importlib.import_module(kind.module), kind.function)).strip() in page
 
 
 def test_equivalence_forks_no_estimator_and_its_truth_check_half_grades_each_estimate_once(monkeypatch):

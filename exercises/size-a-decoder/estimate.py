@@ -2,8 +2,8 @@
 
 `oomlab check` calls estimate(config) for hidden configs, then runs each generation on the GPU and
 compares every part with what the caching allocator measured. The estimate runs in a sandbox with
-no GPU: it is arithmetic on the config. `oomlab run` shows your answers for the exercise's example
-configs beside a count of the same generation on the CPU.
+no GPU and no torch: it is arithmetic on the config. `oomlab run` shows your answers for the
+exercise's example configs beside a count of the same generation on the CPU.
 
 The config is a dict:
 
@@ -18,10 +18,11 @@ The config is a dict:
     vocabulary  token ids, and the width of the logits
     precision   "fp32" or "bf16": weights, cache and activations all in that dtype
 
-The model and the generation are oomlab/sizing/decode.py: token and position embeddings, `layers`
-blocks (LayerNorm, attention with separate q, k and v projections over a cache, LayerNorm, a GELU
-MLP; every Linear of a block has a bias), a final LayerNorm and a head without bias. Read it for
-what each part means:
+The model and the generation are oomlab.sizing.decode, shown on this exercise's page (`python -m
+inspect oomlab.sizing.decode` prints it): token and position embeddings, `layers` blocks
+(LayerNorm, attention with separate q, k and v projections over a cache, LayerNorm, a GELU MLP;
+every Linear of a block has a bias), a final LayerNorm and a head without bias. Each part, as the
+grader reads it (the page shows how):
 
     weights   what the model holds once built
     kv_cache  the keys and values of every layer for every position the generation reaches,

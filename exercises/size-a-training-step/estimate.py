@@ -2,9 +2,9 @@
 
 `oomlab check` calls estimate(config) for hidden configs, then runs each of them on the GPU and
 compares every part with what the caching allocator measured (torch.cuda.memory_allocated at each
-phase, max_memory_allocated for the peak). The estimate runs in a sandbox with no GPU: it is
-arithmetic on the config. `oomlab run` shows your answers for the exercise's example configs beside
-a count of the same step on the CPU.
+phase, max_memory_allocated for the peak). The estimate runs in a sandbox with no GPU and no
+torch: it is arithmetic on the config. `oomlab run` shows your answers for the exercise's example
+configs beside a count of the same step on the CPU.
 
 The config is a dict:
 
@@ -21,10 +21,12 @@ The config is a dict:
     optimizer      "adamw", "sgd-momentum" (momentum=0.9), "sgd" (no momentum), "adafactor" (torch 2.5+)
     checkpointing  True: every block under torch.utils.checkpoint (non-reentrant)
 
-The model is oomlab/sizing/model.py: token and position embeddings, `layers` blocks (LayerNorm,
-causal self-attention through F.scaled_dot_product_attention, LayerNorm, a GELU MLP; every Linear
-of a block has a bias), a final LayerNorm, a head to the vocabulary without bias (not tied to the
-embedding), and cross-entropy. Read it, and oomlab/sizing/measure.py for what each part means:
+The model is oomlab.sizing.model, shown on this exercise's page (`python -m inspect
+oomlab.sizing.model` prints it): token embeddings (a row per token id) and position embeddings (a
+row per position of the sequence), `layers` blocks (LayerNorm, causal self-attention through
+F.scaled_dot_product_attention, LayerNorm, a GELU MLP; every Linear of a block has a bias), a final
+LayerNorm, a head to the vocabulary without bias (not tied to the embedding), and cross-entropy.
+Each part, as the grader reads it (the page shows how):
 
     parameters       what the model's weights take once built
     gradients        what .grad holds after backward()

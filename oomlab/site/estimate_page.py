@@ -2,12 +2,14 @@
 
 Its own page, not a script exercise's with parts left out: nothing runs under a budget, so there is no budget,
 allocator setting, OOM or peak figure to show. In the order a learner needs it: the task, what is graded and
-within what tolerance, the shipped estimator (whose docstring states the config's fields), the public example
-configs, the hints, the classic mistakes (each an edit of the estimator, with the part it gets wrong and, once
+within what tolerance, the shipped estimator (whose docstring states the config's fields), the code it sizes
+(the model and how each part is measured), the public example configs, the hints, the classic mistakes (each an edit of the estimator, with the part it gets wrong and, once
 ``oomlab dev verify`` measured it, whether it did), the alternatives, and the interview question.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
@@ -35,7 +37,8 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
     md = [
         *page_head(ex, number, total),
         f"| You write | `estimate(config)`: the bytes of each part of {WHAT[ex.sizes]} |",
-        f"| Graded on | {COUNT} hidden configs drawn from your estimator's own text, each measured on the GPU |",
+        f"| Graded on | {COUNT} hidden configs, each measured on the GPU: the same ones for the same estimator, new ones "
+        "whenever its text changes |",
         "| Memory budget | none: nothing of yours runs on the GPU |",
         f"| The file you edit | `{rel_script}` |",
         "",
@@ -65,6 +68,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         "",
         fence(script.read_text(encoding="utf-8"), f'python linenums="1" title="{rel_script}"'),
         "",
+        *what_you_size(ex),
         "## Example configs",
         "",
         f"Public, unlike the graded ones: `oomlab run {ex.id}` shows your estimate for each beside the same "
@@ -80,6 +84,49 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
     md += alternatives_section(ex, reports)
     md += interview_section(ex)
     return FRONT_MATTER + "\n".join(md) + "\n"
+
+
+def module_source(name: str, function: str = "") -> str:
+    """The source of module ``name`` (found without importing it), or of its top-level ``function`` alone."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin:
+        raise PluginError(f"the module {name} that an estimate exercise shows is not installed.")
+    text = Path(spec.origin).read_text(encoding="utf-8")
+    if not function:
+        return text
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return ast.get_source_segment(text, node)
+    raise PluginError(f"{spec.origin} defines no function {function}.")
+
+
+def what_you_size(ex: Exercise) -> list[str]:
+    """The model the estimate answers to and how the grader reads each part: the code that runs on the GPU, shown
+    whole, so that the page is the exercise's specification (the learner's folder holds no copy of it)."""
+    from oomlab.site.exercise_page import fence
+
+    kind = SIZED[ex.sizes]
+    model_file = kind.model.replace(".", "/") + ".py"
+    md = [
+        "## What you size",
+        "",
+        f"The code the grader runs on the GPU for each config, read as your specification. Wherever oomlab is "
+        f"installed, `python -m inspect {kind.model}` prints it.",
+        "",
+        fence(module_source(kind.model), f'python linenums="1" title="{model_file}"'),
+        "",
+    ]
+    if kind.module != kind.model:
+        md += [
+            f"Each part as the grader reads it from the caching allocator (`{kind.function}` of `{kind.module}`):",
+            "",
+            fence(module_source(kind.module, kind.function), "python"),
+            "",
+        ]
+    return md
 
 
 def mistakes_section(ex: Exercise, reports: Reports) -> list[str]:

@@ -63,6 +63,7 @@ class Sized:
     name: str
     module: str  # measures its configs on the GPU: python -m MODULE
     function: str  # the function of MODULE that measures one config: (config, device, meter) -> parts
+    model: str  # the module that defines what is sized: the learner's specification, shown on the exercise's page
     tolerance: dict[str, float]  # its parts, in order, each with its tolerance
     draw: Callable[[bytes, int], list]  # (the estimator's source, how many) -> the hidden configs
     parse: Callable[[dict], object]  # a config as a dict -> the config, or the OomLabError that says what is wrong
@@ -77,11 +78,20 @@ SIZED = {
         "train",
         "oomlab.sizing.measure",
         "step_bytes",
+        "oomlab.sizing.model",
         TOLERANCE,
         lambda source, count: hidden_configs(source, available_optimizers(), count),
         config,
     ),
-    "decode": Sized("decode", "oomlab.sizing.decode", "decode_bytes", DECODE_TOLERANCE, hidden_decode_configs, decode_config),
+    "decode": Sized(
+        "decode",
+        "oomlab.sizing.decode",
+        "decode_bytes",
+        "oomlab.sizing.decode",
+        DECODE_TOLERANCE,
+        hidden_decode_configs,
+        decode_config,
+    ),
 }
 assert SIZED["train"].parts == PARTS and SIZED["decode"].parts == DECODE_PARTS
 
