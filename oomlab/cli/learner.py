@@ -136,9 +136,8 @@ def overview(
     console.print(Panel(Text(ex.summary), title=f"Now: {ex.id}: {ex.title}", title_align="left"))
     console.print(next_steps(ex))
     if not has_nvidia_driver():  # cheap: the overview does not import torch
-        console.print(
-            Text("No NVIDIA driver on this machine: `run` and `check` need a GPU. `oomlab doctor` says more.", style="yellow")
-        )
+        needs = "`check` measures on a GPU (`run` works here)" if ex.is_estimate else "`run` and `check` need a GPU"
+        console.print(Text(f"No NVIDIA driver on this machine: {needs}. `oomlab doctor` says more.", style="yellow"))
 
 
 @app.command()
@@ -218,7 +217,8 @@ def measuring(ex: Exercise, what: str = "Measuring"):
 
 @app.command()
 def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
-    """Run your version under the exercise's budget and show the OOM or the memory figures."""
+    """Run your version under the exercise's budget and show the OOM or the memory figures (an exercise sized before
+    it runs: your estimate for its examples beside the CPU's count, no GPU needed)."""
     from oomlab.grading.present import print_manifest_note, print_run
     from oomlab.measure.harness import MACHINE_PROBLEMS, SCRIPT_FAILURES, measure_exercise_file
 
@@ -265,7 +265,7 @@ def run_estimate(ex: Exercise) -> None:
         estimates = run_estimator(ex.learner_path, examples, ex.root, sandbox_required=False, parts=kind.parts)
     with console.status(f"Counting the same {len(examples)} configs on the CPU, tensor by tensor…"):
         counts = [count_on_cpu(kind, kind.parse(cfg)) for cfg in examples]
-    console.print(examples_table(examples, estimates, counts, kind.parts))
+    console.print(examples_table(examples, estimates, counts, kind))
     console.print(f"`oomlab check {ex.id}` grades it on hidden configs, each measured on a GPU.")
 
 
@@ -501,7 +501,7 @@ def doctor() -> None:
         console.print(
             Text(
                 "There is no NVIDIA GPU on this machine, so nothing can be measured here "
-                "(`oomlab run`, `check`, `watch` and the tools need one). What works without a GPU:",
+                "(`oomlab check`, `watch`, the tools, and `run` of a script need one). What works without a GPU:",
                 style="yellow",
             )
         )

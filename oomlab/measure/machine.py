@@ -45,8 +45,9 @@ CONTEXT_BYTES = 1 * GIB
 
 
 WITHOUT_A_GPU = (
-    "Measuring needs an NVIDIA GPU. Without one, `oomlab list`, `hint`, `interview` and `reset` still work, and "
-    "`oomlab snapshot` and `compare` read snapshots saved elsewhere; `oomlab doctor` lists them."
+    "Without one, `oomlab list`, `hint`, `interview` and `reset` still work, `oomlab run` shows an estimate "
+    "exercise's answers beside the CPU's count, and `oomlab snapshot` and `compare` read snapshots saved elsewhere; "
+    "`oomlab doctor` lists them."
 )
 
 
@@ -107,6 +108,7 @@ def without_a_gpu() -> list[tuple[str, str]]:
         ("oomlab hint ID", "the hints, one more each time"),
         ("oomlab interview ID", "the interview question an exercise prepares you for (--answer: a model answer)"),
         ("oomlab reset ID", "the original exercise back, your version kept"),
+        ("oomlab run ID", "of an exercise sized before it runs: your estimate beside the CPU's count of each example"),
     ]
     places = [p for p in places if p is not None]
     source = next((p for p in places if (p / "Makefile").is_file() and (p / "course").is_dir()), None)

@@ -22,8 +22,6 @@ from oomlab.sizing.hidden import COUNT
 
 __all__ = ["estimate_page"]
 
-WHAT = {"train": "one training step", "decode": "a greedy generation with a KV cache"}
-
 
 def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
     """The whole page of estimate exercise ``number`` of ``total``, as Markdown."""
@@ -36,7 +34,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
     kind = SIZED[ex.sizes]
     md = [
         *page_head(ex, number, total),
-        f"| You write | `estimate(config)`: the bytes of each part of {WHAT[ex.sizes]} |",
+        f"| You write | `estimate(config)`: the bytes of each part of one {kind.what} |",
         f"| Graded on | {COUNT} hidden configs, each measured on the GPU: the same ones for the same estimator, new ones "
         "whenever its text changes |",
         "| Memory budget | none: nothing of yours runs on the GPU |",

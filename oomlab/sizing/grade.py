@@ -64,6 +64,7 @@ class Sized:
     module: str  # measures its configs on the GPU: python -m MODULE
     function: str  # the function of MODULE that measures one config: (config, device, meter) -> parts
     model: str  # the module that defines what is sized: the learner's specification, shown on the exercise's page
+    what: str  # what one config runs, in words: "training step"
     tolerance: dict[str, float]  # its parts, in order, each with its tolerance
     draw: Callable[[bytes, int], list]  # (the estimator's source, how many) -> the hidden configs
     parse: Callable[[dict], object]  # a config as a dict -> the config, or the OomLabError that says what is wrong
@@ -79,6 +80,7 @@ SIZED = {
         "oomlab.sizing.measure",
         "step_bytes",
         "oomlab.sizing.model",
+        "training step",
         TOLERANCE,
         lambda source, count: hidden_configs(source, available_optimizers(), count),
         config,
@@ -88,6 +90,7 @@ SIZED = {
         "oomlab.sizing.decode",
         "decode_bytes",
         "oomlab.sizing.decode",
+        "greedy generation with a KV cache",
         DECODE_TOLERANCE,
         hidden_decode_configs,
         decode_config,

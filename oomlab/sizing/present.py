@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -25,19 +26,20 @@ def _error(s: PartScore) -> str:
     return "no bytes measured" if math.isinf(s.error) else f"{s.error:+.1%}"
 
 
-def scores_table(report) -> Table:
-    """A :class:`oomlab.sizing.grade.SizingReport` as a table: one section per config, one row per part."""
+def scores_table(report) -> Group:
+    """A :class:`oomlab.sizing.grade.SizingReport` as a table, one section per config, one row per part, with the
+    configs listed above it (a narrow terminal cuts none of them)."""
     title = f"{report.within} of {report.total} parts within tolerance"
     if report.gpu:
         title += f", measured on {report.gpu}, torch {report.torch}"
     table = Table(header_style="bold", title=title, title_justify="left")
     for col in ("config", "part", "estimate MiB", "measured MiB", "error", "tolerance", ""):
         table.add_column(col, justify="right" if "MiB" in col or col in ("error", "tolerance") else "left")
-    for i, (cfg, row) in enumerate(zip(report.configs, report.scores, strict=True), 1):
+    for i, row in enumerate(report.scores, 1):
         for j, s in enumerate(row):
             mark = Text("✓", style="green") if s.within else Text("✗", style="bold red")
             table.add_row(
-                Text(f"{i}. {brief(cfg.as_dict())}") if j == 0 else "",
+                f"{i}." if j == 0 else "",
                 s.part,
                 in_mib(s.estimated),
                 in_mib(s.measured),
@@ -46,31 +48,39 @@ def scores_table(report) -> Table:
                 mark,
                 end_section=j == len(row) - 1,
             )
-    return table
+    return _configs_above(f"The {len(report.configs)} hidden configs:", [c.as_dict() for c in report.configs], table)
 
 
-def examples_table(examples: list[dict], estimates: list[dict], counts: list[dict], parts: tuple[str, ...]) -> Table:
-    """The learner's estimates for the public examples beside the CPU's count of each part."""
+def _configs_above(heading: str, configs: list[dict], table: Table) -> Group:
+    return Group(Text(heading, style="bold"), *(Text(f"{i}. {brief(cfg)}") for i, cfg in enumerate(configs, 1)), table)
+
+
+def examples_table(examples: list[dict], estimates: list[dict], counts: list[dict], kind) -> Group:
+    """The learner's estimates for the public examples beside the CPU's count of each part (``kind``: a
+    :class:`oomlab.sizing.grade.Sized`), each within its part's tolerance of the count or not. The configs are listed
+    above the table, so that a narrow terminal cuts none of them."""
     table = Table(
         header_style="bold",
-        title="Your estimate beside the CPU's count of the same step: every tensor it makes, followed on the CPU "
-        "(no GPU allocator rounding, no library workspace; the grade is the GPU's measurement)",
+        title=f"Your estimate beside the CPU's count of the same {kind.what}: every tensor it makes, followed on the "
+        "CPU (no GPU allocator rounding, no library workspace; the grade is the GPU's measurement)",
         title_justify="left",
     )
-    for col in ("example", "part", "your estimate MiB", "CPU count MiB", "off by"):
-        table.add_column(col, justify="right" if "MiB" in col or col == "off by" else "left")
-    for i, (cfg, estimate, counted) in enumerate(zip(examples, estimates, counts, strict=True), 1):
-        for j, part in enumerate(parts):
-            s = PartScore(part, estimate[part], counted[part], 0.0)
+    for col in ("example", "part", "your estimate MiB", "CPU count MiB", "off by", "tolerance", ""):
+        table.add_column(col, justify="right" if "MiB" in col or col in ("off by", "tolerance") else "left")
+    for i, (estimate, counted) in enumerate(zip(estimates, counts, strict=True), 1):
+        for j, part in enumerate(kind.parts):
+            s = PartScore(part, estimate[part], counted[part], kind.tolerance[part])
             table.add_row(
-                Text(f"{i}. {brief(cfg)}") if j == 0 else "",
+                f"{i}." if j == 0 else "",
                 part,
                 in_mib(estimate[part]),
                 in_mib(counted[part]),
                 _error(s),
-                end_section=j == len(parts) - 1,
+                f"±{s.tolerance:.0%}",
+                Text("✓", style="green") if s.within else Text("✗", style="bold red"),
+                end_section=j == len(kind.parts) - 1,
             )
-    return table
+    return _configs_above("The examples:", examples, table)
 
 
 def _part(report, part: str) -> list[tuple[object, PartScore]]:
