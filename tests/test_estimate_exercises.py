@@ -245,6 +245,13 @@ def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_n
     assert rc == 0, out
     assert "Your estimate beside the CPU's count" in out and "no GPU allocator rounding" in out, out
     assert out.count("kv_cache") == 2 and "1. layers=1, width=32" in out and "-100.0%" in out, out  # no cache at all
+    # A config of the learner's own: the first example with the fields named set, counted beside the examples.
+    rc, out = oomlab(root, "run", "size-a-decoder", "--config", "layers=3, precision=fp32")
+    assert rc == 0 and "The examples, then yours:" in out and out.count("kv_cache") == 3, out
+    n = len(Course(root, working_tree=True).get("size-a-decoder").examples)
+    assert re.search(rf"{n + 1}\. layers=3, width=32, .*precision=fp32", out), out
+    rc, out = oomlab(root, "run", "size-a-decoder", "--config", "depth=3")
+    assert rc == 2 and "'depth=3' is not name=value with a field of the config" in out, out
 
     rc, out = oomlab(root, "check", "size-a-training-step")
     assert rc == 2, out
@@ -265,6 +272,29 @@ def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_n
     assert rc == 2 and "size-a-training-step is sized before anything runs" in out and "oomlab run size-a-training-step" in out
     course = Course(root, working_tree=True)
     assert [ex.id for ex in course.scripts] == [ex.id for ex in course.exercises if ex.id not in ESTIMATES]
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("layers=4, checkpointing=true", None),
+        ("checkpointing=yes", "checkpointing is true or false, not 'yes'"),
+        ("layers=four", "layers is a whole number, not 'four'"),
+        ("layers", "'layers' is not name=value"),
+        ("precision=fp8", "precision must be one of"),
+        ("layers=12, width=1024, heads=8, sequence=2048, batch=8", "too large to count on the CPU"),
+    ],
+)
+def test_a_learners_own_config_is_an_example_with_fields_set_checked_and_small_enough_to_count(text, said):
+    from oomlab.sizing.cpu_count import own_config
+    from oomlab.sizing.grade import SIZED
+
+    base = dict(draft("size-a-training-step").examples[0])
+    if said is None:
+        assert own_config(SIZED["train"], base, text) == {**base, "layers": 4, "checkpointing": True}
+    else:
+        with pytest.raises(OomLabError, match=re.escape(said)):
+            own_config(SIZED["train"], base, text)
 
 
 # -- the site ---------------------------------------------------------------------------------------------------------

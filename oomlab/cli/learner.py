@@ -27,6 +27,7 @@ from oomlab.course.originals import reset as reset_exercise
 from oomlab.course.progress import Progress
 from oomlab.course.shipped import init_course
 from oomlab.course.state import StateDir, read_error, relpath, require_readable
+from oomlab.errors import OomLabError
 from oomlab.measure.machine import has_nvidia_driver, machine_error, refuse_without_a_driver
 from oomlab.steps import STEPS, step
 from oomlab.units import in_gib
@@ -215,8 +216,17 @@ def measuring(ex: Exercise, what: str = "Measuring"):
     return console.status(f"{what} {ex.id} in a process of its own under its {in_gib(ex.budget_bytes)} budget…")
 
 
+OWN_CONFIG = typer.Option(
+    None,
+    "--config",
+    metavar="NAME=VALUE,...",
+    help="an exercise sized before it runs: also count this config, the first example with these fields set "
+    '(repeatable; e.g. --config "layers=8,checkpointing=true")',
+)
+
+
 @app.command()
-def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
+def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM, config: Optional[list[str]] = OWN_CONFIG) -> None:
     """Run your version under the exercise's budget and show the OOM or the memory figures (an exercise sized before
     it runs: your estimate for its examples beside the CPU's count, no GPU needed)."""
     from oomlab.grading.present import print_manifest_note, print_run
@@ -227,7 +237,9 @@ def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
     readable(ex)
     print_manifest_note(console, ex)
     if ex.is_estimate:
-        return run_estimate(ex)
+        return run_estimate(ex, config or [])
+    if config:
+        raise OomLabError(f"--config is for an exercise sized before it runs; {ex.id} runs its script as it is.")
     refuse_without_a_driver(ex.learner_path, f"running {ex.id}")
     with measuring(ex, "Running"):
         # Not a grade: run as `python train.py` would be, beside its files, outside the grading sandbox.
@@ -247,25 +259,27 @@ def run(exercise: str = EXERCISE, keep_warm: bool = KEEP_WARM) -> None:
     console.print(f"It ran within the budget. `oomlab check {ex.id}` grades it against the reference.")
 
 
-def run_estimate(ex: Exercise) -> None:
-    """``oomlab run`` of an estimate exercise: the learner's answers for its public examples beside the CPU's count.
+def run_estimate(ex: Exercise, own: list[str]) -> None:
+    """``oomlab run`` of an estimate exercise: the learner's answers for its public examples, and the configs ``own``
+    describes (:func:`oomlab.sizing.cpu_count.own_config`), beside the CPU's count.
 
     Not a grade, and no GPU needed: the estimator runs in its sandbox where this kernel has one (as a check's does),
     and the same configs are counted on the CPU, tensor by tensor (:mod:`oomlab.sizing.cpu_count`).
     """
     from oomlab.grading.estimates import validate
-    from oomlab.sizing.cpu_count import count_on_cpu
+    from oomlab.sizing.cpu_count import count_on_cpu, own_config
     from oomlab.sizing.grade import SIZED
     from oomlab.sizing.present import examples_table
     from oomlab.sizing.sandboxed import run_estimator
 
     validate(ex)
-    kind, examples = SIZED[ex.sizes], list(ex.examples)
+    kind = SIZED[ex.sizes]
+    examples = [*ex.examples, *(own_config(kind, ex.examples[0], text) for text in own)]
     with console.status(f"Running your estimate() on {len(examples)} example configs…"):
         estimates = run_estimator(ex.learner_path, examples, ex.root, sandbox_required=False, parts=kind.parts)
     with console.status(f"Counting the same {len(examples)} configs on the CPU, tensor by tensor…"):
         counts = [count_on_cpu(kind, kind.parse(cfg)) for cfg in examples]
-    console.print(examples_table(examples, estimates, counts, kind))
+    console.print(examples_table(examples, estimates, counts, kind, "The examples, then yours:" if own else "The examples:"))
     console.print(f"`oomlab check {ex.id}` grades it on hidden configs, each measured on a GPU.")
 
 

@@ -44,6 +44,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         "",
         fence(
             f"oomlab run {ex.id}     # your estimate for the examples below, beside the CPU's count of each\n"
+            f'oomlab run {ex.id} --config "layers=8,batch=1"   # and a config of yours: the first example, changed\n'
             f"oomlab check {ex.id}   # grade it: every part of every hidden config within its tolerance\n"
             f"oomlab hint {ex.id}    # the next hint",
             "bash",

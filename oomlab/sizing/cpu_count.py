@@ -11,7 +11,13 @@ from __future__ import annotations
 import gc
 import importlib
 
-__all__ = ["count_measured", "count_on_cpu"]
+from oomlab.errors import OomLabError
+
+__all__ = ["CPU_MOST_BYTES", "count_measured", "count_on_cpu", "own_config"]
+
+# The largest config a learner may have counted (a far-above bound, :mod:`oomlab.sizing.hidden`'s rough bytes): the
+# count runs the step for real on the CPU, tensors of their true size, and a larger one takes minutes and gigabytes.
+CPU_MOST_BYTES = 1 << 30
 
 
 def count_on_cpu(kind, cfg) -> dict[str, int]:
@@ -33,3 +39,41 @@ def count_measured(measure, cfg) -> dict[str, int]:
             return measure(cfg, torch.device("cpu"), live)
     finally:
         gc.unfreeze()
+
+
+def own_config(kind, base: dict, text: str) -> dict:
+    """A learner's config for ``oomlab run --config``: ``base`` (the first example) with the fields ``text`` names
+    (``name=value``, comma-separated) set, each value of its field's type, checked as a graded config is, and small
+    enough to count on the CPU; an :class:`OomLabError` says what is wrong."""
+    from oomlab.sizing.config import TrainConfig
+    from oomlab.sizing.hidden import rough_bytes, rough_decode_bytes
+
+    cfg = dict(base)
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = (x.strip() for x in pair.partition("="))
+        if not sep or name not in base:
+            raise OomLabError(
+                f"--config {text!r}: {pair!r} is not name=value with a field of the config.",
+                f'Name fields of the examples: {", ".join(base)}; e.g. --config "layers=8,batch=2".',
+            )
+        kind_of = type(base[name])
+        if kind_of is bool:
+            if value.lower() not in ("true", "false"):
+                raise OomLabError(f"--config {text!r}: {name} is true or false, not {value!r}.")
+            cfg[name] = value.lower() == "true"
+        elif kind_of is int:
+            try:
+                cfg[name] = int(value)
+            except ValueError:
+                raise OomLabError(f"--config {text!r}: {name} is a whole number, not {value!r}.") from None
+        else:
+            cfg[name] = value
+    parsed = kind.parse(cfg)  # every field in range, as a graded config's
+    rough = rough_bytes(parsed) if isinstance(parsed, TrainConfig) else rough_decode_bytes(parsed)
+    if rough > CPU_MOST_BYTES:
+        raise OomLabError(
+            f"--config {text!r} is too large to count on the CPU (it could take up to {rough / 2**30:.1f} GiB, "
+            f"over {CPU_MOST_BYTES / 2**30:.0f} GiB): the count runs it for real, tensors of their true size.",
+            "Scale it down (fewer layers, a smaller width, batch or sequence): the rules you find hold at every size.",
+        )
+    return cfg

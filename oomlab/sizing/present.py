@@ -55,7 +55,9 @@ def _configs_above(heading: str, configs: list[dict], table: Table) -> Group:
     return Group(Text(heading, style="bold"), *(Text(f"{i}. {brief(cfg)}") for i, cfg in enumerate(configs, 1)), table)
 
 
-def examples_table(examples: list[dict], estimates: list[dict], counts: list[dict], kind) -> Group:
+def examples_table(
+    examples: list[dict], estimates: list[dict], counts: list[dict], kind, heading: str = "The examples:"
+) -> Group:
     """The learner's estimates for the public examples beside the CPU's count of each part (``kind``: a
     :class:`oomlab.sizing.grade.Sized`), each within its part's tolerance of the count or not. The configs are listed
     above the table, so that a narrow terminal cuts none of them."""
@@ -80,7 +82,7 @@ def examples_table(examples: list[dict], estimates: list[dict], counts: list[dic
                 Text("✓", style="green") if s.within else Text("✗", style="bold red"),
                 end_section=j == len(kind.parts) - 1,
             )
-    return _configs_above("The examples:", examples, table)
+    return _configs_above(heading, examples, table)
 
 
 def _part(report, part: str) -> list[tuple[object, PartScore]]:
