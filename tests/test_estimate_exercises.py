@@ -252,6 +252,10 @@ def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_n
     assert re.search(rf"{n + 1}\. layers=3, width=32, .*precision=fp32", out), out
     rc, out = oomlab(root, "run", "size-a-decoder", "--config", "depth=3")
     assert rc == 2 and "'depth=3' is not name=value with a field of the config" in out, out
+    manifest = root / "exercises" / "size-a-decoder" / "exercise.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace("[[examples]]", "[[examples]]\n# mine", 1))
+    rc, out = oomlab(root, "run", "size-a-decoder")  # the examples are the course's, whatever the copy says
+    assert rc == 0 and "the examples, tolerances and file come from the course" in out and "--config" in out, out
 
     rc, out = oomlab(root, "check", "size-a-training-step")
     assert rc == 2, out

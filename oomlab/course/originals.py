@@ -172,9 +172,14 @@ def manifest_note(ex: Exercise) -> str:
     if not ex.manifest_edited:
         return ""
     used = ex.manifest_path.relative_to(ex.root).as_posix() if ex.manifest_path.is_relative_to(ex.root) else "the package's"
+    what = (
+        "the examples, tolerances and file come from the course, not from your copy (`oomlab run --config` counts a "
+        "config of yours)"
+        if ex.is_estimate
+        else "the budget, checks, tolerances and file come from the course, not from your copy"
+    )
     return (
-        f"{ex.learner_manifest.relative_to(ex.root).as_posix()} differs from the course's own ({used}), which was used: "
-        "the budget, checks, tolerances and file come from the course, not from your copy."
+        f"{ex.learner_manifest.relative_to(ex.root).as_posix()} differs from the course's own ({used}), which was used: {what}."
     )
 
 
