@@ -72,8 +72,8 @@ def evaluate_pruned(sparsity):
     loss_sum, correct = 0.0, 0
     for x, y in held_out:
         # Autocast around the forward only, as in training. Inside a region, autocast caches the bf16 cast of
-        # every fp32 weight that requires grad, no_grad or not, and the cast's autograd link keeps the weight
-        # itself; the cache is cleared only when the outermost region exits. One region around the sweep kept
+        # every fp32 weight that requires grad, no_grad or not, and (torch with pytorch/pytorch#165068) the cast's
+        # autograd link keeps the weight itself; the cache is cleared only when the outermost region exits. One region around the sweep kept
         # every finished copy's casts and fp32 weights: 6 bytes a parameter, 817 MiB a copy.
         with torch.autocast(device, dtype=torch.bfloat16):
             logits = candidate(x).float()
