@@ -243,7 +243,7 @@ def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_n
 
     rc, out = oomlab(root, "run", "size-a-decoder")
     assert rc == 0, out
-    assert "Your estimate beside the CPU's count" in out and "no GPU allocator rounding" in out, out
+    assert "Your estimate beside the CPU's count" in out and "no library workspace" in out, out
     assert out.count("kv_cache") == 2 and "1. layers=1, width=32" in out and "-100.0%" in out, out  # no cache at all
     # A config of the learner's own: the first example with the fields named set, counted beside the examples.
     rc, out = oomlab(root, "run", "size-a-decoder", "--config", "layers=3, precision=fp32")

@@ -1,8 +1,9 @@
 """Size one training step from its config alone, before anything runs: your estimate, in bytes, of each part.
 
 `oomlab check` calls estimate(config) for hidden configs, then runs each of them on the GPU and
-compares every part with what the caching allocator measured (torch.cuda.memory_allocated at each
-phase, max_memory_allocated for the peak). The estimate runs in a sandbox with no GPU and no
+compares every part with what the caching allocator measured: the bytes the step's tensors requested
+(memory_stats' requested_bytes, before the allocator rounds them to its blocks) at each phase, and at
+their peak. The estimate runs in a sandbox with no GPU and no
 torch: it is arithmetic on the config. `oomlab run` shows your answers for the exercise's example
 configs beside a count of the same step on the CPU.
 

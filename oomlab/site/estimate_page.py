@@ -53,7 +53,8 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         "## What the grader checks",
         "",
         "Your `estimate()` answers for every hidden config first, in a sandbox with no GPU and no answer in reach; "
-        "then each config runs on the GPU, read from the caching allocator. It passes when every part of every "
+        "then each config runs on the GPU, read from the caching allocator (the bytes the tensors request, before it rounds "
+        "them up to its blocks). It passes when every part of every "
         "config is within its tolerance of the measured bytes.",
         "",
         "| Part | Tolerance |",
@@ -71,7 +72,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         "## Example configs",
         "",
         f"Public, unlike the graded ones: `oomlab run {ex.id}` shows your estimate for each beside the same "
-        "configs counted on the CPU, tensor by tensor (no GPU allocator rounding, no library workspace).",
+        "configs counted on the CPU, tensor by tensor (no library workspace).",
         "",
         "| # | " + " | ".join(ex.examples[0]) + " |",
         "|---|" + "---|" * len(ex.examples[0]),

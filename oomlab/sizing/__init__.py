@@ -9,7 +9,7 @@ This package holds the parts that every answer is checked against:
 - :mod:`oomlab.sizing.model`: the decoder it describes and one training step of it,
   the same code on the GPU and on the CPU;
 - :mod:`oomlab.sizing.measure`: one step's bytes read from the caching allocator on the
-  GPU (``torch.cuda.memory_allocated`` at each phase, ``max_memory_allocated`` for the peak);
+  GPU (the bytes requested, ``requested_bytes`` of ``torch.cuda.memory_stats``, at each phase and at its peak);
 - :mod:`oomlab.sizing.tracker`: the same bytes counted on the CPU, where there is no
   allocator to ask, by following every tensor the step makes from its creation to its
   last reference (a cross-check: it sees no allocator rounding and no library workspace);

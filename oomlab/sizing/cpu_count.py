@@ -2,8 +2,8 @@
 compares an estimate with, and what stands in for the GPU where the course is checked without one.
 
 The count runs the same code the GPU measures (:attr:`oomlab.sizing.grade.Sized.function`), so it sees every tensor
-the step or the generation makes; it sees no allocator rounding (each GPU block is a multiple of 512 bytes) and no
-library workspace (cuBLAS's, an attention kernel's scratch). It imports torch: keep it out of what runs without one.
+the step or the generation makes; like the grade, it counts the bytes tensors request, not the allocator's blocks.
+It sees no library workspace (cuBLAS's, an attention kernel's scratch). It imports torch: keep it out of what runs without one.
 """
 
 from __future__ import annotations

@@ -27,13 +27,16 @@ __all__ = ["CudaMeter", "serve", "step_bytes", "warm_up"]
 
 
 class CudaMeter:
-    """The caching allocator's own figures for the current device."""
+    """The caching allocator's count of the bytes its callers requested, for the current device: what the tensors
+    take, before the allocator rounds a request up to its block (memory_allocated counts the block, and a large
+    block is not split where the rest of its segment would be 1 MiB or less, so it counts that rest too: megabytes a
+    step that no arithmetic on the config predicts)."""
 
     def allocated(self) -> int:
-        return torch.cuda.memory_allocated()
+        return torch.cuda.memory_stats()["requested_bytes.all.current"]
 
     def peak(self) -> int:
-        return torch.cuda.max_memory_allocated()
+        return torch.cuda.memory_stats()["requested_bytes.all.peak"]
 
     def reset_peak(self) -> None:
         torch.cuda.reset_peak_memory_stats()

@@ -57,6 +57,10 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg.width, cfg.heads) for _ in range(cfg.layers))
         self.norm = nn.LayerNorm(cfg.width)
         self.head = nn.Linear(cfg.width, cfg.vocabulary, bias=False)
+        # Under autocast the loss is taken from fp32 logits, as mixed-precision loops commonly do: cross_entropy on
+        # bf16 logits is cast differently by CUDA's autocast and the CPU's (their op lists differ), and the CPU's
+        # count of a step must be the GPU's.
+        self.fp32_loss = cfg.precision == "bf16-autocast"
 
     def forward(self, tokens, targets):
         x = self.embed(tokens) + self.position(torch.arange(tokens.size(1), device=tokens.device))
@@ -64,6 +68,8 @@ class Decoder(nn.Module):
             # Checkpointed, a block keeps only its input for backward and runs its forward again there.
             x = checkpoint(block, x, use_reentrant=False) if self.checkpointing else block(x)
         logits = self.head(self.norm(x))
+        if self.fp32_loss:
+            logits = logits.float()
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 

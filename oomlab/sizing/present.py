@@ -3,7 +3,7 @@
 :func:`scores_table` is a grade (``oomlab check`` on an estimate exercise): every part of every hidden config, the
 measured bytes, the error and the tolerance, and whether it is within. :func:`examples_table` is ``oomlab run``'s:
 the learner's answers for the exercise's public examples beside the same configs counted on the CPU, which is no
-grade (no allocator rounding, no library workspace) and says so. :func:`part_line` and :func:`off_lines` say one part
+grade (no library workspace) and says so. :func:`part_line` and :func:`off_lines` say one part
 of a grade in words, as the nbgrader course's cells and class report give it a part at a time.
 """
 
@@ -64,7 +64,7 @@ def examples_table(
     table = Table(
         header_style="bold",
         title=f"Your estimate beside the CPU's count of the same {kind.what}: every tensor it makes, followed on the "
-        "CPU (no GPU allocator rounding, no library workspace; the grade is the GPU's measurement)",
+        "CPU (no library workspace; the grade is the GPU's measurement)",
         title_justify="left",
     )
     for col in ("example", "part", "your estimate MiB", "CPU count MiB", "off by", "tolerance", ""):

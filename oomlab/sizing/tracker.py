@@ -5,9 +5,8 @@ through it, and it notes each new storage (views of one storage are one) with
 its size, and a weak reference whose callback takes the size off again when the
 storage is freed (torch keeps one Python object per live storage, so the
 callback fires when the memory goes, not when a wrapper does). What it reads
-is what ``torch.cuda.memory_allocated`` would read for the same tensors, less
-the allocator's rounding (each block is a multiple of 512 bytes) and less what
-libraries allocate around the operators (cuBLAS's workspace, a fused kernel's
+is what the caching allocator's ``requested_bytes`` would read for the same
+tensors (the grade's measure), less what libraries allocate around the operators (cuBLAS's workspace, a fused kernel's
 scratch): a cross-check of an estimate's arithmetic, not a measurement of a GPU.
 """
 
