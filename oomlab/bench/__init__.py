@@ -37,6 +37,7 @@ beside the figures, met or not.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -207,6 +208,27 @@ def row_of(ex) -> dict:
 PRIME_JOBS = 8  # references measured at once before a checks-only sitting times anything
 
 
+def learner_file(root: Path, ex) -> Path:
+    """The file a learner edits, in the benchmark's course folder."""
+    return root / "exercises" / ex.id / ex.file
+
+
+def write_reference(root: Path, ex) -> None:
+    """The exercise's reference fix (an estimate exercise's: its reference estimator) as the learner's file."""
+    learner_file(root, ex).write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def shipped_back(root: Path, exercises: list):
+    """The learners' files of ``exercises`` as they are now, written back on leaving, whatever was put there."""
+    shipped = {path: path.read_text(encoding="utf-8") for path in (learner_file(root, ex) for ex in exercises)}
+    try:
+        yield
+    finally:
+        for path, text in shipped.items():
+            path.write_text(text, encoding="utf-8")
+
+
 def checks_sitting(root: Path, exercises: list, repeat: int, note: Callable[[str], None]) -> Iterator[dict]:
     """The checks of many exercises' reference fixes in one sitting, in minutes of GPU time rather than an hour.
 
@@ -224,51 +246,45 @@ def checks_sitting(root: Path, exercises: list, repeat: int, note: Callable[[str
 
     from oomlab.measure.keeper import stop_keepers
 
-    learners = {ex.id: root / "exercises" / ex.id / ex.file for ex in exercises}
-    shipped = {ex.id: learners[ex.id].read_text(encoding="utf-8") for ex in exercises}
     envs = {ex.id: _env(ex.alloc_conf) for ex in exercises}
     rows = {ex.id: row_of(ex) for ex in exercises}
-    try:
-        for ex in exercises:
-            learners[ex.id].write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
-        note(f"measuring {len(exercises)} references, {PRIME_JOBS} at a time")
-        with ThreadPoolExecutor(PRIME_JOBS) as pool:
-            list(pool.map(lambda ex: timed(oomlab("check", "--no-keep-warm", ex.id), root, envs[ex.id]), exercises))
-        for ex in exercises:
-            note(f"{ex.id}: the first check of a sitting")
-            rows[ex.id]["check_cold_s"] = round(timed(oomlab("check", "--no-keep-warm", ex.id), root, envs[ex.id]), 2)
-            yield rows[ex.id]
-        kept: set[str] = set()
-        for ex in exercises:
-            if (conf := kept_conf(root, ex)) not in kept:
-                note(f"{ex.id}: a check that leaves a warm server")
-                timed(oomlab("check", "--keep-warm", ex.id), root, envs[ex.id])
-                await_server(root, conf, ex)
-                kept.add(conf)
-            note(f"{ex.id}: checks forked from the kept server")
-            rows[ex.id]["check_kept_s"] = median(
-                [timed(oomlab("check", "--keep-warm", ex.id), root, envs[ex.id]) for _ in range(repeat)]
-            )
-            yield rows[ex.id]
-    finally:
-        stop_keepers(root)
-        for ex in exercises:
-            learners[ex.id].write_text(shipped[ex.id], encoding="utf-8")
+    with shipped_back(root, exercises):
+        try:
+            for ex in exercises:
+                write_reference(root, ex)
+            note(f"measuring {len(exercises)} references, {PRIME_JOBS} at a time")
+            with ThreadPoolExecutor(PRIME_JOBS) as pool:
+                list(pool.map(lambda ex: timed(oomlab("check", "--no-keep-warm", ex.id), root, envs[ex.id]), exercises))
+            for ex in exercises:
+                note(f"{ex.id}: the first check of a sitting")
+                rows[ex.id]["check_cold_s"] = round(timed(oomlab("check", "--no-keep-warm", ex.id), root, envs[ex.id]), 2)
+                yield rows[ex.id]
+            kept: set[str] = set()
+            for ex in exercises:
+                if (conf := kept_conf(root, ex)) not in kept:
+                    note(f"{ex.id}: a check that leaves a warm server")
+                    timed(oomlab("check", "--keep-warm", ex.id), root, envs[ex.id])
+                    await_server(root, conf, ex)
+                    kept.add(conf)
+                note(f"{ex.id}: checks forked from the kept server")
+                rows[ex.id]["check_kept_s"] = median(
+                    [timed(oomlab("check", "--keep-warm", ex.id), root, envs[ex.id]) for _ in range(repeat)]
+                )
+                yield rows[ex.id]
+
+        finally:
+            stop_keepers(root)
 
 
 def estimate_checks(root: Path, ex, repeat: int, note: Callable[[str], None]) -> dict:
     """An estimate exercise's ``checks`` row: ``oomlab check ID`` with the reference estimator as the learner's file,
     ``repeat`` times (``check_cold_s``, their median). Each is a first check: nothing is kept warm or cached for an
     estimate, whose every check runs the estimator in its sandbox and measures its hidden configs on the GPU."""
-    learner = root / "exercises" / ex.id / ex.file
-    shipped = learner.read_text(encoding="utf-8")
     row = row_of(ex)
-    try:
-        learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
+    with shipped_back(root, [ex]):
+        write_reference(root, ex)
         note(f"{ex.id}: checks of the reference estimator")
         row["check_cold_s"] = median([timed(oomlab("check", ex.id), root, _env("")) for _ in range(repeat)])
-    finally:
-        learner.write_text(shipped, encoding="utf-8")
     return row
 
 
@@ -308,23 +324,20 @@ def tool_runs(target: list[str], cwd: Path, env: dict, repeat: int, out: Path) -
 def bench_exercise(root: Path, ex, repeat: int, note: Callable[[str], None]) -> dict:
     """One exercise's row: the tools on its shipped script, then plain runs, checks and re-checks of its reference fix."""
     env = _env(ex.alloc_conf)
-    learner = root / "exercises" / ex.id / ex.file
-    shipped = learner.read_text(encoding="utf-8")
+    learner = learner_file(root, ex)
     row = row_of(ex)
-    try:
+    with shipped_back(root, [ex]):
         note(f"{ex.id}: the tools on the shipped script")
         row["plain_bug_s"] = median([timed([sys.executable, ex.file], learner.parent, env, ok=(0, 1)) for _ in range(repeat)])
         row.update(tool_runs([ex.id], root, env, repeat, root / ".oomlab" / "bench"))
 
-        learner.write_text(ex.solution_path.read_text(encoding="utf-8"), encoding="utf-8")
+        write_reference(root, ex)
         note(f"{ex.id}: plain runs and checks of the reference fix")
         row["plain_s"] = median([timed([sys.executable, ex.file], learner.parent, env) for _ in range(repeat)])
         cold, kept = check_times(root, ex, repeat, env)
         row["check_cold_s"], row["check_kept_s"] = median(cold), median(kept)
         note(f"{ex.id}: re-checks under watch")
         row["recheck_warm_s"] = median(watch_rechecks(root, ex, repeat, env))
-    finally:
-        learner.write_text(shipped, encoding="utf-8")
     row["diagnose_vs_plain_bug"] = round(row["diagnose_s"] / row["plain_bug_s"], 2)
     row["check_cold_minus_plain_s"] = round(row["check_cold_s"] - row["plain_s"], 2)
     return row
