@@ -45,9 +45,6 @@ def own_config(kind, base: dict, text: str) -> dict:
     """A learner's config for ``oomlab run --config``: ``base`` (the first example) with the fields ``text`` names
     (``name=value``, comma-separated) set, each value of its field's type, checked as a graded config is, and small
     enough to count on the CPU; an :class:`OomLabError` says what is wrong."""
-    from oomlab.sizing.config import TrainConfig
-    from oomlab.sizing.hidden import rough_bytes, rough_decode_bytes
-
     cfg = dict(base)
     for pair in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = (x.strip() for x in pair.partition("="))
@@ -68,8 +65,7 @@ def own_config(kind, base: dict, text: str) -> dict:
                 raise OomLabError(f"--config {text!r}: {name} is a whole number, not {value!r}.") from None
         else:
             cfg[name] = value
-    parsed = kind.parse(cfg)  # every field in range, as a graded config's
-    rough = rough_bytes(parsed) if isinstance(parsed, TrainConfig) else rough_decode_bytes(parsed)
+    rough = kind.rough(kind.parse(cfg))  # every field in range, as a graded config's
     if rough > CPU_MOST_BYTES:
         raise OomLabError(
             f"--config {text!r} is too large to count on the CPU (it could take up to {rough / 2**30:.1f} GiB, "

@@ -25,7 +25,7 @@ from oomlab.errors import OomLabError
 from oomlab.sizing import PARTS
 from oomlab.sizing.config import OPTIMIZERS, config
 from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE, decode_config
-from oomlab.sizing.hidden import COUNT, hidden_configs, hidden_decode_configs
+from oomlab.sizing.hidden import COUNT, hidden_configs, hidden_decode_configs, rough_bytes, rough_decode_bytes
 from oomlab.sizing.sandboxed import estimator_file, run_estimator
 from oomlab.sizing.score import TOLERANCE, PartScore, score
 
@@ -68,6 +68,7 @@ class Sized:
     tolerance: dict[str, float]  # its parts, in order, each with its tolerance
     draw: Callable[[bytes, int], list]  # (the estimator's source, how many) -> the hidden configs
     parse: Callable[[dict], object]  # a config as a dict -> the config, or the OomLabError that says what is wrong
+    rough: Callable[[object], int]  # a config -> a bound far above its bytes (what keeps a config small enough to run)
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -84,6 +85,7 @@ SIZED = {
         TOLERANCE,
         lambda source, count: hidden_configs(source, available_optimizers(), count),
         config,
+        rough_bytes,
     ),
     "decode": Sized(
         "decode",
@@ -94,6 +96,7 @@ SIZED = {
         DECODE_TOLERANCE,
         hidden_decode_configs,
         decode_config,
+        rough_decode_bytes,
     ),
 }
 assert SIZED["train"].parts == PARTS and SIZED["decode"].parts == DECODE_PARTS
