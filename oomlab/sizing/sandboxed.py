@@ -51,6 +51,7 @@ NO_TORCH = (
     "torch cannot be imported by an estimator: an estimate is arithmetic on the config, made before anything runs, "
     "not the step simulated on the CPU or the meta device."
 )
+NO_TORCH_TODO = "Count the bytes from the config's numbers; `oomlab run` shows the CPU's count of the examples beside yours."
 LOG_TAIL = 2000  # characters of the estimator's output kept for an error message
 AFTER_ANSWER_S = 2.0  # how long the estimator's process may take to end once it has answered
 
@@ -239,9 +240,6 @@ def _child() -> int:
                 todo="Run it on that config with `python estimate.py`, fix it, then check again.",
             )
     return reply(estimates=estimates)
-
-
-NO_TORCH_TODO = "Count the bytes from the config's numbers; `oomlab run` shows the CPU's count of the examples beside yours."
 
 
 class NoTorchError(ImportError):
