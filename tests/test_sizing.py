@@ -345,6 +345,24 @@ def test_the_measuring_child_reads_configs_and_refuses_a_bad_one():
     assert done.returncode != 0 and "must divide by its heads" in done.stderr
 
 
+def test_a_rehearsal_takes_each_configs_code_paths_in_a_fraction_of_its_bytes():
+    # What a library allocates at its first use of a path (cuBLAS's and cuBLASLt's workspaces, per thread) must be
+    # allocated before the first measured step: the rehearsal keeps every field that picks a path and runs.
+    from oomlab.sizing.hidden import rough_bytes
+    from oomlab.sizing.measure import rehearsal, step_bytes
+
+    drawn = hidden_configs(b"any estimator")
+    for cfg in drawn:
+        small = rehearsal(cfg)
+        assert config(small.as_dict()) == small
+        for path in ("precision", "optimizer", "checkpointing", "width", "heads"):
+            assert getattr(small, path) == getattr(cfg, path)
+        assert rough_bytes(small) < rough_bytes(cfg) / 2
+    for precision in PRECISIONS:
+        small = rehearsal(TrainConfig(**SMALL, precision=precision, checkpointing=True))
+        assert count_on_cpu(step_bytes, small)["peak"] > 0
+
+
 # -- grading an estimator ---------------------------------------------------------------------------------------------
 
 

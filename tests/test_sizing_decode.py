@@ -209,6 +209,19 @@ def test_a_naive_estimate_is_outside_the_tolerances():
 # -- the measuring child ----------------------------------------------------------------------------------------------
 
 
+def test_a_rehearsal_takes_each_generations_code_paths_in_a_fraction_of_its_bytes():
+    from oomlab.sizing.decode import decode_bytes, rehearsal
+    from oomlab.sizing.hidden import hidden_decode_configs, rough_decode_bytes
+
+    for cfg in hidden_decode_configs(b"any estimator"):
+        small = rehearsal(cfg)
+        assert decode_config(small.as_dict()) == small
+        for path in ("precision", "width", "heads", "kv_heads"):
+            assert getattr(small, path) == getattr(cfg, path)
+        assert rough_decode_bytes(small) < rough_decode_bytes(cfg) / 2
+    assert count_on_cpu(decode_bytes, rehearsal(DecodeConfig(**CONFIGS[1])))["peak"] > 0
+
+
 def test_the_decoding_child_refuses_a_bad_config_and_says_where_there_is_no_gpu():
     pytest.importorskip("torch")
     import torch

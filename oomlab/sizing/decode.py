@@ -29,6 +29,7 @@ Imports torch: only the measuring side uses this module, never an estimate.
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 import torch
 import torch.nn as nn
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from oomlab.sizing.decode_config import DecodeConfig
 from oomlab.sizing.measure import serve
 
-__all__ = ["Block", "CachedDecoder", "build", "decode_bytes", "dtype_of", "generate", "new_cache", "prompt_ids"]
+__all__ = ["Block", "CachedDecoder", "build", "decode_bytes", "dtype_of", "generate", "new_cache", "prompt_ids", "rehearsal"]
 
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: its keys and its values
 
@@ -148,6 +149,12 @@ def generate(model: CachedDecoder, cache: Cache, prompt: torch.Tensor, new_token
     return torch.cat(generated, dim=1)
 
 
+def rehearsal(cfg: DecodeConfig) -> DecodeConfig:
+    """A one-block, few-token copy of ``cfg`` on the same code paths, run once unmeasured before the configs are
+    (:func:`oomlab.sizing.measure.rehearsal` says why)."""
+    return replace(cfg, layers=1, prompt=4, new_tokens=2, batch=1, vocabulary=256)
+
+
 def decode_bytes(cfg: DecodeConfig, device: torch.device, meter) -> dict[str, int]:
     """The config's parts (:data:`~oomlab.sizing.decode_config.DECODE_PARTS`), in bytes, read from ``meter``
     (``allocated()``, ``peak()``, ``reset_peak()``)."""
@@ -174,4 +181,4 @@ def decode_bytes(cfg: DecodeConfig, device: torch.device, meter) -> dict[str, in
 if __name__ == "__main__":  # python -m oomlab.sizing.decode: generations, measured as training steps are
     from oomlab.sizing.decode_config import decode_config
 
-    raise SystemExit(serve(decode_config, decode_bytes))
+    raise SystemExit(serve(decode_config, decode_bytes, rehearsal))
