@@ -107,6 +107,7 @@ def serve(parse, measure_one, rehearse) -> int:
         json.dump({"error": "no CUDA device is visible to torch"}, sys.stdout)
         return 0
     device = torch.device("cuda")
+    torch.cuda.init()  # the allocator's statistics are an empty dict until CUDA has started
     for small in dict.fromkeys(rehearse(cfg) for cfg in configs):
         measure_one(small, device, CudaMeter())
     gc.collect()
