@@ -299,6 +299,55 @@ def test_an_estimator_that_removes_the_finder_still_cannot_read_torch(tmp_path):
     assert answer["peak"] == 0.0
 
 
+def test_an_estimator_cannot_open_another_environments_torch_but_may_use_numpy(tmp_path):
+    # A second installation (another virtualenv, a conda environment) is outside what the estimator may read.
+    landlock()
+    pytest.importorskip("numpy")
+    other = tmp_path / "other-env" / "lib" / "python3.11" / "site-packages"
+    (other / "torch").mkdir(parents=True)
+    (other / "torch" / "__init__.py").write_text("SIMULATED = 1.0\n")
+    script = write(
+        tmp_path / "course" / "ex",
+        f"""
+        import sys
+        import numpy as np
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "NoTorch"]
+        sys.path.insert(0, {str(other)!r})
+        try:
+            import torch
+            reached = torch.SIMULATED
+        except OSError:
+            reached = 0.0
+        def estimate(cfg):
+            return dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "peak"),
+                                 reached + float(np.int64(cfg["layers"])))
+        """,
+    )
+    (answer,) = run_estimator(script, CONFIGS[:1], tmp_path / "course")
+    assert answer["peak"] == 2.0  # numpy answered; the other torch could not be read
+
+
+def test_every_torch_in_the_folders_an_estimator_reads_is_hidden(tmp_path):
+    from oomlab.sizing.sandboxed import estimator_policy, torch_folders
+
+    base = tmp_path / "base-python"
+    copies = [base / "lib" / "python3.11" / "site-packages" / "torch", base / "lib" / "python3" / "dist-packages" / "torch"]
+    for copy in copies:
+        copy.mkdir(parents=True)
+    (base / "lib" / "python3.11" / "site-packages" / "torchvision").mkdir()
+    assert set(copies) <= set(torch_folders([base]))
+    assert not any(p.name == "torchvision" for p in torch_folders([base]))
+    script = write(tmp_path / "course" / "exercises" / "size", "def estimate(cfg):\n    return {}\n")
+    policy = estimator_policy(script, tmp_path / "run", tmp_path / "run" / "work", tmp_path / "course")
+    assert policy.kind_of("/") == policy.kind_of(str(tmp_path / "elsewhere")) == "hidden"
+    assert policy.kind_of(str(script)) == "visible"
+    assert policy.kind_of(str(tmp_path / "course" / "solutions")) == "hidden"
+    pytest.importorskip("torch")
+    import torch
+
+    assert policy.kind_of(torch.__file__) == "hidden"
+
+
 @pytest.mark.parametrize(
     "text, said",
     [

@@ -10,10 +10,13 @@ script's run does: :mod:`oomlab.measure.confine`):
 - the **answers**: the course folder (the reference estimator, the measured configs
   cached in ``.oomlab/``, git's history), the package's copy of the course, and the
   run's own files;
-- **torch**: its installed folder is hidden, so the step cannot be simulated on the CPU
-  or the meta device instead of sized (:func:`torch_folders`). An estimate is the
-  arithmetic a whiteboard holds; a finder in front of the imports says so in words
-  (:class:`NoTorch`), and the hidden folder keeps it so where the code removes the finder.
+- **torch**: every copy of it, so the step cannot be simulated on the CPU or the meta
+  device instead of sized. An estimate is the arithmetic a whiteboard holds; a finder in
+  front of the imports says so in words (:class:`NoTorch`), and the file system keeps it
+  so where the code removes the finder: the estimator reads only what it runs on
+  (:func:`estimator_policy`: this Python's own folders, less the torch they hold; the
+  estimator's folder; the system's shared libraries), so neither this environment's
+  torch nor another's (a second virtualenv, a conda install) can be opened.
 
 The child loads the file as a module (its ``if __name__ == "__main__":`` part does
 not run), calls ``estimate(config)`` once per config with a fresh dict, and writes
@@ -29,6 +32,7 @@ can only restrict a process that runs one thread.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -37,13 +41,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from oomlab.errors import OomLabError
+from oomlab.measure.sandbox import Policy
 from oomlab.sizing import PARTS, brief
 from oomlab.sizing.score import checked_estimate
 
-__all__ = ["ANSWER_FD", "NO_TORCH", "TIME_LIMIT_S", "estimator_file", "gpu_devices", "run_estimator", "torch_folders"]
+__all__ = [
+    "ANSWER_FD",
+    "NO_TORCH",
+    "TIME_LIMIT_S",
+    "estimator_file",
+    "estimator_policy",
+    "gpu_devices",
+    "run_estimator",
+    "torch_folders",
+]
 
 ANSWER_FD = "OOMLAB_ANSWER_FD"  # the descriptor the child writes its answers on
 TIME_LIMIT_S = 120.0  # for every config together: arithmetic takes milliseconds
@@ -61,15 +76,50 @@ def gpu_devices() -> list[str]:
     return sorted(set(glob.glob("/dev/nvidia*")) | set(glob.glob("/dev/dri")))
 
 
-def torch_folders() -> list[Path]:
-    """Where torch is installed (found without importing it): hidden from an estimator."""
+# Where the system's shared libraries are, which an extension module the estimator imports (numpy's) may load.
+SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache")
+# Where, below a folder the estimator may read, a Python installation keeps its packages: a torch there is hidden.
+PACKAGE_FOLDERS = (
+    "",
+    "lib/python3*/site-packages",
+    "lib/python3*/dist-packages",
+    "lib/python3/dist-packages",
+    "local/lib/python3*/site-packages",
+    "local/lib/python3*/dist-packages",
+    "python3*/site-packages",
+    "python3*/dist-packages",
+)
+
+
+def torch_folders(readable: Iterable[Path] = ()) -> list[Path]:
+    """Every torch package an estimator could otherwise open: the one this Python imports (found without importing
+    it), and any copy in the package folders of a ``readable`` folder (a base installation's site-packages, a
+    system Python's dist-packages in /usr/lib)."""
     import importlib.util
 
-    try:
+    found = set()
+    with contextlib.suppress(ImportError, ValueError):
         spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return []
-    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+        found.update(Path(p) for p in ((spec.submodule_search_locations or []) if spec else []))
+    for folder in readable:
+        for packages in PACKAGE_FOLDERS:
+            found.update(Path(p) for p in glob.glob(os.path.join(folder, packages, "torch")) if os.path.isdir(p))
+    return sorted(found)
+
+
+def estimator_policy(script: Path, run_dir: Path, work_dir: Path, course_root: Path | None, hide=()) -> Policy:
+    """What the estimator's process may read: a graded script's allow-list and nothing else. Everything is hidden
+    (the root is), but for this Python's own folders and the estimator's (as a graded script has them,
+    :func:`oomlab.measure.confine.grading_policy`) and the system's shared libraries; within them the GPU's device
+    files, every torch those folders hold, the course and ``hide`` stay hidden. A torch installed anywhere else is
+    outside what it may read."""
+    from oomlab.measure import confine
+
+    script = Path(script)
+    base = confine.grading_policy(script, run_dir, work_dir, course_root, hide=(*map(Path, gpu_devices()), *hide))
+    readable = (*base.visible, *SYSTEM_LIBRARIES)
+    hidden = (os.sep, *base.hidden, *map(str, torch_folders(map(Path, readable))))
+    return Policy(hidden=hidden, visible=readable, writable=base.writable)
 
 
 def estimator_file(script: Path) -> Path:
@@ -95,15 +145,12 @@ def run_estimator(
     the grade by the caller); a grade always requires it. ``hide`` keeps more folders from it (a class's), and
     ``parts`` are what each answer must hold.
     """
-    from oomlab.measure import confine
-
     script = estimator_file(script)
     with tempfile.TemporaryDirectory(prefix="oomlab-estimate-") as tmp:
         tmp = Path(tmp)
         work = tmp / "work"
         work.mkdir()
-        hidden = (*map(Path, gpu_devices()), *torch_folders(), *hide)
-        policy = confine.grading_policy(script, tmp, work, course_root, hide=hidden)
+        policy = estimator_policy(script, tmp, work, course_root, hide)
         request = {"script": str(script), "configs": configs, "policy": policy.to_json(), "required": sandbox_required}
         log = tmp / "log.txt"
         read_end, write_end = os.pipe()
