@@ -325,6 +325,15 @@ def test_an_estimator_cannot_open_another_environments_torch_but_may_use_numpy(t
     )
     (answer,) = run_estimator(script, CONFIGS[:1], tmp_path / "course")
     assert answer["peak"] == 2.0  # numpy answered; the other torch could not be read
+    # Nor a copy beside the estimator, under its own name or another: only the folder's modules can be read.
+    text = script.read_text().replace(repr(str(other)), repr(str(script.parent)))
+    for name in ("torch", "notorch"):
+        beside = script.parent / name
+        beside.mkdir()
+        (beside / "__init__.py").write_text("SIMULATED = 1.0\n")
+        estimator = write(script.parent, text.replace("import torch", f"import {name} as torch"))
+        (answer,) = run_estimator(estimator, CONFIGS[:1], tmp_path / "course")
+        assert answer["peak"] == 2.0, name
 
 
 def test_every_torch_in_the_folders_an_estimator_reads_is_hidden(tmp_path):

@@ -15,8 +15,9 @@ script's run does: :mod:`oomlab.measure.confine`):
   front of the imports says so in words (:class:`NoTorch`), and the file system keeps it
   so where the code removes the finder: the estimator reads only what it runs on
   (:func:`estimator_policy`: this Python's own folders, less the torch they hold; the
-  estimator's folder; the system's shared libraries), so neither this environment's
-  torch nor another's (a second virtualenv, a conda install) can be opened.
+  modules in the estimator's folder; the system's shared libraries), so neither this
+  environment's torch nor another's (a second virtualenv, a conda install, a copy beside
+  the estimator) can be opened.
 
 The child loads the file as a module (its ``if __name__ == "__main__":`` part does
 not run), calls ``estimate(config)`` once per config with a fresh dict, and writes
@@ -108,18 +109,22 @@ def torch_folders(readable: Iterable[Path] = ()) -> list[Path]:
 
 
 def estimator_policy(script: Path, run_dir: Path, work_dir: Path, course_root: Path | None, hide=()) -> Policy:
-    """What the estimator's process may read: a graded script's allow-list and nothing else. Everything is hidden
-    (the root is), but for this Python's own folders and the estimator's (as a graded script has them,
-    :func:`oomlab.measure.confine.grading_policy`) and the system's shared libraries; within them the GPU's device
-    files, every torch those folders hold, the course and ``hide`` stay hidden. A torch installed anywhere else is
-    outside what it may read."""
+    """What the estimator's process may read: a graded script's allow-list and less. Everything is hidden (the
+    root is), but for this Python's own folders (as a graded script has them,
+    :func:`oomlab.measure.confine.grading_policy`), the modules (``*.py``) in the estimator's folder and the
+    system's shared libraries; within them the GPU's device files, every torch those folders hold, the course and
+    ``hide`` stay hidden. A torch installed anywhere else is outside what it may read."""
     from oomlab.measure import confine
 
-    script = Path(script)
+    script = Path(script).resolve()
     base = confine.grading_policy(script, run_dir, work_dir, course_root, hide=(*map(Path, gpu_devices()), *hide))
-    readable = (*base.visible, *SYSTEM_LIBRARIES)
-    hidden = (os.sep, *base.hidden, *map(str, torch_folders(map(Path, readable))))
-    return Policy(hidden=hidden, visible=readable, writable=base.writable)
+    # Of the estimator's folder, only its modules: a package or a library copied there (torch's compiled core is a
+    # shared object in a folder) cannot be opened, whatever name it is imported under.
+    folder = str(script.parent)
+    modules = sorted(str(p) for p in script.parent.glob("*.py") if p.is_file())
+    readable = (*(v for v in base.visible if v != folder), *SYSTEM_LIBRARIES)
+    hidden = (os.sep, folder, *base.hidden, *map(str, torch_folders(map(Path, readable))))
+    return Policy(hidden=hidden, visible=(*readable, *modules), writable=base.writable)
 
 
 def estimator_file(script: Path) -> Path:
