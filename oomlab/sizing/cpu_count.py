@@ -12,6 +12,7 @@ import gc
 import importlib
 
 from oomlab.errors import OomLabError
+from oomlab.units import in_gib
 
 __all__ = ["CPU_MOST_BYTES", "count_measured", "count_on_cpu", "own_config"]
 
@@ -68,8 +69,8 @@ def own_config(kind, base: dict, text: str) -> dict:
     rough = kind.rough(kind.parse(cfg))  # every field in range, as a graded config's
     if rough > CPU_MOST_BYTES:
         raise OomLabError(
-            f"--config {text!r} is too large to count on the CPU (it could take up to {rough / 2**30:.1f} GiB, "
-            f"over {CPU_MOST_BYTES / 2**30:.0f} GiB): the count runs it for real, tensors of their true size.",
+            f"--config {text!r} is too large to count on the CPU (it could take up to {in_gib(rough)}, "
+            f"over {in_gib(CPU_MOST_BYTES)}): the count runs it for real, tensors of their true size.",
             "Scale it down (fewer layers, a smaller width, batch or sequence): the rules you find hold at every size.",
         )
     return cfg

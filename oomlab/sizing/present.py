@@ -26,6 +26,10 @@ def _error(s: PartScore) -> str:
     return "no bytes measured" if math.isinf(s.error) else f"{s.error:+.1%}"
 
 
+def _mark(s: PartScore) -> Text:
+    return Text("✓", style="green") if s.within else Text("✗", style="bold red")
+
+
 def scores_table(report) -> Group:
     """A :class:`oomlab.sizing.grade.SizingReport` as a table, one section per config, one row per part, with the
     configs listed above it (a narrow terminal cuts none of them)."""
@@ -37,7 +41,6 @@ def scores_table(report) -> Group:
         table.add_column(col, justify="right" if "MiB" in col or col in ("error", "tolerance") else "left")
     for i, row in enumerate(report.scores, 1):
         for j, s in enumerate(row):
-            mark = Text("✓", style="green") if s.within else Text("✗", style="bold red")
             table.add_row(
                 f"{i}." if j == 0 else "",
                 s.part,
@@ -45,7 +48,7 @@ def scores_table(report) -> Group:
                 in_mib(s.measured),
                 _error(s),
                 f"±{s.tolerance:.0%}",
-                mark,
+                _mark(s),
                 end_section=j == len(row) - 1,
             )
     return _configs_above(f"The {len(report.configs)} hidden configs:", [c.as_dict() for c in report.configs], table)
@@ -79,7 +82,7 @@ def examples_table(
                 in_mib(counted[part]),
                 _error(s),
                 f"±{s.tolerance:.0%}",
-                Text("✓", style="green") if s.within else Text("✗", style="bold red"),
+                _mark(s),
                 end_section=j == len(kind.parts) - 1,
             )
     return _configs_above(heading, examples, table)

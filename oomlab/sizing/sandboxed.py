@@ -92,7 +92,7 @@ PACKAGE_FOLDERS = (
 )
 
 
-def torch_folders(readable: Iterable[Path] = ()) -> list[Path]:
+def torch_folders(readable: Iterable[Path]) -> list[Path]:
     """Every torch package an estimator could otherwise open: the one this Python imports (found without importing
     it), and any copy in the package folders of a ``readable`` folder (a base installation's site-packages, a
     system Python's dist-packages in /usr/lib)."""
