@@ -4,6 +4,7 @@ truth check's (``oomlab dev verify``); here the same step is counted tensor by t
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
@@ -419,6 +420,35 @@ def test_a_rehearsal_takes_each_configs_code_paths_in_a_fraction_of_its_bytes():
     for precision in PRECISIONS:
         small = rehearsal(TrainConfig(**SMALL, precision=precision, checkpointing=True))
         assert count_on_cpu(step_bytes, small)["peak"] > 0
+
+
+@pytest.mark.parametrize("full_at", ["rehearsal", "config"])
+def test_a_gpu_too_full_is_reported_per_config_as_out_of_memory(monkeypatch, capsys, full_at):
+    # The rehearsal runs before any config: a GPU too full for it must say "out of memory" for each config (the grade
+    # then says "Free the GPU of other jobs"), not fail with a traceback that the grade can only quote.
+    import torch
+
+    from oomlab.sizing import measure
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a full GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(["a", "b"])))
+
+    def measure_one(cfg, device, meter):
+        if cfg == full_at or (full_at == "config" and cfg == "b"):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+        return {"peak": 1}
+
+    assert measure.serve(str, measure_one, lambda cfg: "rehearsal") == 0
+    measured = json.loads(capsys.readouterr().out)["measured"]
+    if full_at == "rehearsal":
+        assert [m["error"] for m in measured] == [
+            "out of memory in the rehearsal before it: CUDA out of memory. Tried to allocate 2.00 GiB"
+        ] * 2
+    else:
+        assert measured == [{"peak": 1}, {"error": "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"}]
 
 
 # -- grading an estimator ---------------------------------------------------------------------------------------------
