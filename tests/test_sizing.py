@@ -4,9 +4,12 @@ truth check's (``oomlab dev verify``); here the same step is counted tensor by t
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import platform
 import random
+import socket
 import subprocess
 import sys
 import textwrap
@@ -335,6 +338,70 @@ def test_an_estimator_cannot_open_another_environments_torch_but_may_use_numpy(t
         estimator = write(script.parent, text.replace("import torch", f"import {name} as torch"))
         (answer,) = run_estimator(estimator, CONFIGS[:1], tmp_path / "course")
         assert answer["peak"] == 2.0, name
+
+
+def test_an_estimator_opens_no_socket_to_fetch_a_torch_or_ask_another_process(tmp_path):
+    # With a socket, an estimator could download a torch into its writable working folder, or ask a local process to
+    # measure for it. Each way it might try counts 1.0 in its answer where it got through; a server here listens.
+    landlock()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        script = write(
+            tmp_path / "ex",
+            f"""
+            import socket, subprocess, sys
+            tries = {{
+                "tcp": lambda: socket.create_connection(("127.0.0.1", {port}), timeout=5),
+                "udp": lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM),
+                "unix": lambda: socket.socket(socket.AF_UNIX),
+                "pair": lambda: socket.socketpair(),
+                "child": lambda: subprocess.run([sys.executable, "-c",
+                    "import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"], check=True),
+            }}
+            reached = 0.0
+            for way, attempt in tries.items():
+                try:
+                    attempt()
+                    reached += 1.0
+                except (OSError, subprocess.CalledProcessError):
+                    pass
+            def estimate(cfg):
+                return dict.fromkeys(("parameters", "gradients", "optimizer_state", "activations", "peak"), reached)
+            """,
+        )
+        (answer,) = run_estimator(script, CONFIGS[:1], tmp_path)
+    assert answer["peak"] == 0.0
+
+
+def test_the_socket_filter_checks_the_table_before_the_number():
+    # On x86-64 a 32-bit call (int 0x80) indexes the i386 table, where socket is 359, not 41: a filter that checked
+    # only numbers would let it through. The call is made from machine code, unfiltered and filtered.
+    from oomlab.measure import socket_filter
+
+    with pytest.raises(socket_filter.Unavailable, match="no socket filter is written for riscv64"):
+        socket_filter.program("riscv64")
+    if platform.machine() != "x86_64":
+        pytest.skip("the 32-bit table is x86-64's")
+    code = """
+        import ctypes, mmap, sys
+        # push rbx; mov eax, 359 (i386 socket); mov ebx, AF_INET; mov ecx, SOCK_STREAM; xor edx, edx; int 0x80; pop rbx; ret
+        machine = bytes.fromhex("53b867010000bb02000000b90100000031d2cd805bc3")
+        page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        page.write(machine)
+        call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+        if sys.argv[1] == "filtered":
+            from oomlab.measure import socket_filter
+            socket_filter.apply()
+        print(call())
+    """
+    answers = {}
+    for how in ("unfiltered", "filtered"):
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), how], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        answers[how] = int(done.stdout)
+    if answers["unfiltered"] == -errno.ENOSYS:
+        pytest.skip("this kernel runs no 32-bit calls")
+    assert answers["unfiltered"] >= 0 and answers["filtered"] == -errno.EACCES
 
 
 def test_every_torch_in_the_folders_an_estimator_reads_is_hidden(tmp_path):

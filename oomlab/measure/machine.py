@@ -159,11 +159,16 @@ def parallel_runs(budgets: list[int]) -> int:
 
 def sandbox_row() -> tuple[str, str, str]:
     """Whether a graded run can be kept from the answers here (:mod:`oomlab.measure.sandbox`)."""
+    from oomlab.measure import socket_filter
     from oomlab.measure.sandbox import availability
 
     abi, why = availability()
     if abi:
-        return ("ok", "sandbox", f"Landlock (ABI {abi}): a graded script cannot read the answers")
+        try:
+            socket_filter.program()
+        except socket_filter.Unavailable as err:
+            return ("warn", "sandbox", f"Landlock (ABI {abi}), but {err}: an estimate cannot be graded here")
+        return ("ok", "sandbox", f"Landlock (ABI {abi}): a graded script cannot read the answers, nor an estimator open a socket")
     return ("warn", "sandbox", f"{why}: your own checks run unsandboxed and say so; a class cannot be graded here")
 
 

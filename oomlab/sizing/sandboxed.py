@@ -17,7 +17,9 @@ script's run does: :mod:`oomlab.measure.confine`):
   (:func:`estimator_policy`: this Python's own folders, less the torch they hold; the
   modules in the estimator's folder; the system's shared libraries), so neither this
   environment's torch nor another's (a second virtualenv, a conda install, a copy beside
-  the estimator) can be opened.
+  the estimator) can be opened;
+- the **network**: every socket (:mod:`oomlab.measure.socket_filter`), so no torch can be
+  downloaded into its working folder and no other process asked to measure.
 
 The child loads the file as a module (its ``if __name__ == "__main__":`` part does
 not run), calls ``estimate(config)`` once per config with a fresh dict, and writes
@@ -251,7 +253,7 @@ def _child() -> int:
         answers.close()
         return 0
 
-    from oomlab.measure import sandbox  # standard library only
+    from oomlab.measure import sandbox, socket_filter  # standard library only
 
     try:
         sandbox.apply(sandbox.Policy.from_json(request["policy"]))
@@ -260,6 +262,14 @@ def _child() -> int:
             return reply(
                 error=f"The estimator cannot be graded here: the sandbox that keeps it from the GPU and the answers is unavailable ({err}).",
                 todo="Grade on a Linux 5.13 or newer with Landlock enabled, as `oomlab doctor` describes.",
+            )
+    try:
+        socket_filter.apply()
+    except socket_filter.Unavailable as err:
+        if request["required"]:
+            return reply(
+                error=f"The estimator cannot be graded here: the filter that keeps it off the network is unavailable ({err}).",
+                todo="Grade on an x86-64 or arm64 Linux that allows seccomp filters (a container's seccomp profile may not).",
             )
     import runpy
     import traceback
