@@ -75,10 +75,22 @@ def _found(root: Path, ex_id: str, file: str) -> Path | None:
 
 def _committed(root: Path, rel: str) -> str | None:
     """The file ``rel`` (relative to ``root``) as git has it committed, in a source checkout; None elsewhere."""
+    if not _in_a_repository(root):
+        return None  # no git to ask: a learner's copy, a course unpacked from an archive
     try:
         return subprocess.run(["git", "show", f"HEAD:./{rel}"], cwd=root, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def _in_a_repository(root: Path) -> bool:
+    """Whether git could answer in ``root``: a ``.git`` in it or a folder above it, or a repository named by ``GIT_DIR``.
+
+    Looked at before starting git, which otherwise runs (and fails) once per exercise each time a course is loaded.
+    """
+    if os.environ.get("GIT_DIR"):
+        return True
+    return any((folder / ".git").exists() for folder in (root.resolve(), *root.resolve().parents))
 
 
 def pristine_source(ex: Exercise) -> str:
