@@ -218,7 +218,7 @@ def test_timeout_stops_the_script_and_what_it_started(tmp_path, runner):
     # have started its child for the test to mean anything, so a run that timed out first is tried once more
     # under a limit no load reaches, rather than failing for what the machine was doing. The first limit is
     # short, since the whole of it is spent waiting.
-    for limit in (6, 90) if not runner else (4, 60):  # forked: torch is imported already
+    for limit in (6, 90) if not runner else (2, 60):  # forked: torch is imported already
         m = ran(run(script, time_limit_s=limit, **runner), runner)
         assert m.status == "timeout"
         assert f"limit of {limit} s" in m.message
