@@ -26,7 +26,7 @@ from oomlab.sizing import PARTS
 from oomlab.sizing.config import OPTIMIZERS, config
 from oomlab.sizing.decode_config import DECODE_PARTS, DECODE_TOLERANCE, decode_config
 from oomlab.sizing.hidden import COUNT, hidden_configs, hidden_decode_configs, rough_bytes, rough_decode_bytes
-from oomlab.sizing.sandboxed import estimator_file, run_estimator
+from oomlab.sizing.sandboxed import estimator_file, estimator_modules, run_estimator
 from oomlab.sizing.score import TOLERANCE, PartScore, score
 
 __all__ = [
@@ -183,8 +183,16 @@ def measure_configs(configs: list, module: str = SIZED["train"].module, time_lim
 
 
 def estimator_source(script: Path) -> bytes:
-    """What the hidden configs are drawn from: the file's text (any change to the estimator draws new ones)."""
-    return script.read_bytes()
+    """What the hidden configs are drawn from: the file's text, then each module beside it that it may import, by
+    name (:func:`~oomlab.sizing.sandboxed.estimator_modules`). Any change to the estimator draws new configs, a change
+    to a helper too: answers measured in advance for the configs of a given ``estimate.py``, kept in a module beside
+    it, are answers to configs it is no longer graded on."""
+    script = Path(script).resolve()
+    source = [script.read_bytes()]
+    for helper in estimator_modules(script):
+        if helper != script:
+            source += [b"\0" + helper.name.encode() + b"\0", helper.read_bytes()]
+    return b"".join(source)
 
 
 def grade_estimator(

@@ -3,10 +3,11 @@
 An estimator tuned to a list of configs it could read would learn the list, not
 the rules. The configs are drawn when the estimator is graded, from a space of
 decoder shapes a single GPU trains (:data:`SPACE`), with a random generator seeded
-by a hash of the estimator's source: the same code is graded on the same configs,
-so it gets the same verdict every time (the measured bytes of a config do not move
-between runs on one machine), and any change to the code draws new ones. Every
-precision and every optimizer comes up, and half of the configs checkpoint.
+by a hash of the estimator's source and of the modules beside it that it may import
+(:func:`oomlab.sizing.grade.estimator_source`): the same code is graded on the same
+configs, so it gets the same verdict every time (the measured bytes of a config do
+not move between runs on one machine), and any change to the code draws new ones.
+Every precision and every optimizer comes up, and half of the configs checkpoint.
 """
 
 from __future__ import annotations

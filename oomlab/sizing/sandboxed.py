@@ -57,6 +57,7 @@ __all__ = [
     "NO_TORCH",
     "TIME_LIMIT_S",
     "estimator_file",
+    "estimator_modules",
     "estimator_policy",
     "gpu_devices",
     "run_estimator",
@@ -110,6 +111,11 @@ def torch_folders(readable: Iterable[Path]) -> list[Path]:
     return sorted(found)
 
 
+def estimator_modules(script: Path) -> list[Path]:
+    """The files of the estimator's folder it may read: its modules (``*.py``), itself among them, by name."""
+    return sorted(p for p in Path(script).resolve().parent.glob("*.py") if p.is_file())
+
+
 def estimator_policy(script: Path, run_dir: Path, work_dir: Path, course_root: Path | None, hide=()) -> Policy:
     """What the estimator's process may read: a graded script's allow-list and less. Everything is hidden (the
     root is), but for this Python's own folders (as a graded script has them,
@@ -123,7 +129,7 @@ def estimator_policy(script: Path, run_dir: Path, work_dir: Path, course_root: P
     # Of the estimator's folder, only its modules: a package or a library copied there (torch's compiled core is a
     # shared object in a folder) cannot be opened, whatever name it is imported under.
     folder = str(script.parent)
-    modules = sorted(str(p) for p in script.parent.glob("*.py") if p.is_file())
+    modules = [str(p) for p in estimator_modules(script)]
     readable = (*(v for v in base.visible if v != folder), *SYSTEM_LIBRARIES)
     hidden = (os.sep, folder, *base.hidden, *map(str, torch_folders(map(Path, readable))))
     return Policy(hidden=hidden, visible=(*readable, *modules), writable=base.writable)
