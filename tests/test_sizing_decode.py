@@ -222,6 +222,31 @@ def test_a_rehearsal_takes_each_generations_code_paths_in_a_fraction_of_its_byte
     assert count_on_cpu(decode_bytes, rehearsal(DecodeConfig(**CONFIGS[1])))["peak"] > 0
 
 
+def test_a_generation_never_lets_attention_build_a_cudnn_plan_per_length(monkeypatch):
+    # cuDNN's attention builds an execution plan for each new shape, and a generation's cache grows by one position a
+    # token: a first generation of 2,048 tokens spent minutes building plans on an H100. Every attention call of a
+    # generation runs with cuDNN's kernel switched off and flash's on; outside it, the settings are as they were.
+    import torch
+    import torch.nn.functional as F
+
+    from oomlab.sizing import decode
+
+    seen = []
+
+    def attention(*args, **kwargs):
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()))
+        return real(*args, **kwargs)
+
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", attention)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    cfg = DecodeConfig(**CONFIGS[1])
+    device = torch.device("cpu")
+    decode.generate(decode.build(cfg, device), decode.new_cache(cfg, device), decode.prompt_ids(cfg, device), 3)
+    assert seen and set(seen) == {(False, True)}
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
 def test_the_decoding_child_refuses_a_bad_config_and_says_where_there_is_no_gpu():
     pytest.importorskip("torch")
     import torch
