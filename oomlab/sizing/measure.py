@@ -108,13 +108,16 @@ def serve(parse, measure_one, rehearse) -> int:
         return 0
     device = torch.device("cuda")
     torch.cuda.init()  # the allocator's statistics are an empty dict until CUDA has started
+
+    def reply(measured: list[dict]) -> int:
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "measured": measured}, sys.stdout)
+        return 0
+
     try:
         for small in dict.fromkeys(rehearse(cfg) for cfg in configs):
             measure_one(small, device, CudaMeter())
     except torch.cuda.OutOfMemoryError as err:  # a GPU too full for even the small copies: every config says so
-        why = {"error": f"out of memory in the rehearsal before it: {str(err).splitlines()[0]}"}
-        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "measured": [why] * len(configs)}, sys.stdout)
-        return 0
+        return reply([{"error": f"out of memory in the rehearsal before it: {str(err).splitlines()[0]}"}] * len(configs))
     gc.collect()
     measured = []
     for cfg in configs:
@@ -124,8 +127,7 @@ def serve(parse, measure_one, rehearse) -> int:
             measured.append({"error": f"out of memory: {str(err).splitlines()[0]}"})
         gc.collect()
         torch.cuda.empty_cache()
-    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "measured": measured}, sys.stdout)
-    return 0
+    return reply(measured)
 
 
 if __name__ == "__main__":  # python -m oomlab.sizing.measure: training steps
