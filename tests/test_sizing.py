@@ -408,8 +408,9 @@ def test_answers_measured_in_advance_in_a_module_beside_the_estimator_answer_oth
     # The configs are drawn from the estimator's code, by an algorithm anyone can run: a learner with a GPU could draw
     # them for a fixed estimate.py, measure them, and keep the answers in a helper module it imports. The helper is
     # part of what the configs are drawn from, so its table answers configs the estimator is not graded on.
-    from oomlab.sizing.grade import estimate_hidden, estimator_source
+    from oomlab.sizing.grade import SIZED, estimate_hidden, estimator_source
 
+    draw = SIZED["train"].draw  # as the grade draws them (with only the optimizers this torch has)
     landlock()
     folder = tmp_path / "ex"
     script = write(
@@ -422,14 +423,14 @@ def test_answers_measured_in_advance_in_a_module_beside_the_estimator_answer_oth
         """,
     )
     assert estimator_source(script) == script.read_bytes()  # alone, as every estimator the course ships is
-    prepared = hidden_configs(script.read_bytes())
+    prepared = draw(script.read_bytes(), COUNT)
     answers = {tuple(sorted(c.as_dict().items())): dict.fromkeys(PARTS, 1.0) for c in prepared}
     (folder / "table.py").write_text(f"PARTS = {list(PARTS)!r}\nANSWERS = {answers!r}\n", encoding="utf-8")
     _, configs, estimates = estimate_hidden(script, tmp_path)
     assert not set(configs) & set(prepared)
     assert estimates == [dict.fromkeys(PARTS, 0.0)] * COUNT  # no table entry for any config it is graded on
     (folder / "table.py").write_text(f"PARTS = {list(PARTS)!r}\nANSWERS = {{}}\n", encoding="utf-8")
-    assert hidden_configs(estimator_source(script)) != configs  # a change to the helper draws new configs too
+    assert draw(estimator_source(script), COUNT) != configs  # a change to the helper draws new configs too
 
 
 def test_every_torch_in_the_folders_an_estimator_reads_is_hidden(tmp_path):

@@ -90,7 +90,8 @@ def _in_a_repository(root: Path) -> bool:
     """
     if os.environ.get("GIT_DIR"):
         return True
-    return any((folder / ".git").exists() for folder in (root.resolve(), *root.resolve().parents))
+    root = root.resolve()
+    return any((folder / ".git").exists() for folder in (root, *root.parents))
 
 
 def pristine_source(ex: Exercise) -> str:
