@@ -101,6 +101,7 @@ def test_a_checks_only_sitting_caches_every_reference_then_times_first_checks_wi
                     "file": "train.py",
                     "budget_bytes": 1,
                     "long_check": "",
+                    "is_estimate": False,
                     "solution_path": tmp_path / f"{ex_id}-fix.py",
                 },
             )()
@@ -141,13 +142,14 @@ def test_an_estimate_exercise_is_timed_by_checks_of_its_reference_estimator_and_
             "file": "estimate.py",
             "budget_bytes": None,
             "long_check": "",
+            "is_estimate": True,
             "solution_path": tmp_path / "reference.py",
         },
     )()
     row = bench.estimate_checks(tmp_path, ex, 3, lambda _: None)
 
     assert seen == ["# the reference estimator\n"] * 3, "each check grades the reference estimator"
-    assert row == {"id": "size-it", "budget_bytes": None, "says_why": False, "check_cold_s": 8.0}
+    assert row == {"id": "size-it", "budget_bytes": None, "says_why": True, "check_cold_s": 8.0}
     assert learner.read_text(encoding="utf-8") == "# the shipped estimator\n"
     assert bench.targets({"exercises": [], "checks": [row]})["check_under_15_s"]
 
@@ -471,3 +473,21 @@ def test_a_verify_report_that_is_not_there_is_one_clear_error(tmp_path):
         assert done.returncode == 2, done.stdout + done.stderr
         assert "is not a truth check's report" in done.stdout + done.stderr and "Traceback" not in done.stderr
         assert not (tmp_path / "speed.json").exists(), "nothing written"
+
+
+def test_an_estimates_check_time_is_shown_with_why_it_is_long_and_counts_as_said():
+    """An estimate's check measures its hidden configs afresh each time: its page says so beside the time, and the
+    bench's target counts it as said, where a script exercise without a long_check fails both."""
+    import oomlab.bench as bench
+    from oomlab.course import Course
+    from oomlab.site.estimate_page import estimate_page
+    from oomlab.site.reports import Reports
+
+    ex = Course(working_tree=True).draft("size-a-decoder")
+    row = {"id": ex.id, "gpu": "G", "torch": "T", "check_cold_s": 31.4, **bench.row_of(ex)}
+    assert row["says_why"] is True and merge(None, {"checks": [row]})["targets"]["check_under_15_s"] is True
+    page = estimate_page(ex, 1, 1, Reports([ex], speed={"checks": [row]}))
+    (line,) = [line for line in page.splitlines() if line.startswith("| `oomlab check` takes |")]
+    assert "31.4 s on G, torch T, grading the reference estimator" in line
+    assert "Longer than most: every check measures its 6 hidden configs on the GPU, a whole greedy generation" in line
+    assert "| `oomlab check` takes" not in estimate_page(ex, 1, 1, Reports([ex], speed={}))

@@ -201,8 +201,8 @@ def check_times(root: Path, ex, repeat: int, env: dict) -> tuple[list[float], li
 
 def row_of(ex) -> dict:
     """An exercise's row before its figures; ``says_why``: its page says why its check takes longer than
-    ``CHECK_WAIT_S`` (the manifest's ``long_check``)."""
-    return {"id": ex.id, "budget_bytes": ex.budget_bytes, "says_why": bool(ex.long_check)}
+    ``CHECK_WAIT_S`` (the manifest's ``long_check``; an estimate's page always does: oomlab.site.estimate_page)."""
+    return {"id": ex.id, "budget_bytes": ex.budget_bytes, "says_why": bool(ex.long_check) or ex.is_estimate}
 
 
 PRIME_JOBS = 8  # references measured at once before a checks-only sitting times anything

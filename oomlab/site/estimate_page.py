@@ -25,7 +25,14 @@ __all__ = ["estimate_page"]
 
 def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> str:
     """The whole page of estimate exercise ``number`` of ``total``, as Markdown."""
-    from oomlab.site.exercise_page import alternatives_section, fence, hints_section, interview_section, page_head
+    from oomlab.site.exercise_page import (
+        alternatives_section,
+        check_time_row,
+        fence,
+        hints_section,
+        interview_section,
+        page_head,
+    )
 
     script = ex.learner_path
     if not script.is_file():
@@ -39,6 +46,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         "whenever its text changes |",
         "| Memory budget | none: nothing of yours runs on the GPU |",
         f"| The file you edit | `{rel_script}` |",
+        *check_time_row(ex, reports, why=long_check(kind)),
         "",
         "## Run it",
         "",
@@ -84,6 +92,16 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
     md += alternatives_section(ex, reports)
     md += interview_section(ex)
     return FRONT_MATTER + "\n".join(md) + "\n"
+
+
+def long_check(kind) -> str:
+    """Why an estimate's check takes longer than a script's: what each check measures, and why none of it is kept."""
+    return (
+        f"every check measures its {COUNT} hidden configs on the GPU, a whole {kind.what} each, in a process that "
+        "first imports torch and runs a small copy of each config unmeasured (so that what a library keeps from its "
+        "first call belongs to no config); the configs change whenever the estimator does, so no measurement carries "
+        "over from one check to the next."
+    )
 
 
 def module_source(name: str, function: str = "") -> str:

@@ -194,8 +194,9 @@ def profile_legend(page_src_uri: str, reports: Reports) -> list[str]:
 # --------------------------------------------------------------------------- pages
 
 
-def check_time_row(ex: Exercise, reports: Reports) -> list[str]:
-    """How long `oomlab check` of the fix takes, where ``oomlab dev bench`` timed it; and why, where it is long."""
+def check_time_row(ex: Exercise, reports: Reports, why: str = "") -> list[str]:
+    """How long `oomlab check` of the fix takes, where ``oomlab dev bench`` timed it; and why, where it is long (``why``,
+    or the manifest's ``long_check``)."""
     from oomlab.bench import check_rows, learner_check_s
 
     row = check_rows(reports.speed or {}).get(ex.id)
@@ -204,17 +205,19 @@ def check_time_row(ex: Exercise, reports: Reports) -> list[str]:
         return []
     first = row.get("check_cold_s") if "check_kept_s" in row else None
     text = (
-        f"{seconds:.1f} s on {measured_on(row)}, the reference cached"
+        f"{seconds:.1f} s on {measured_on(row)}, "
+        + ("grading the reference estimator" if ex.is_estimate else "the reference cached")
         + (f" (the first check of a sitting, which imports torch: {first:.1f} s)" if first is not None else "")
         + f" ([how long a learner waits]({link_from(page_uri(ex), 'measurements.md#how-long-a-learner-waits')}))"
     )
+    why = why or ex.long_check
     if seconds > CHECK_WAIT_S:
-        if not ex.long_check:
+        if not why:
             raise PluginError(
                 f"{ex.manifest_path}: `oomlab check` takes {seconds:.1f} s here, more than {CHECK_WAIT_S} s: say why in "
                 "its long_check, or make the check shorter."
             )
-        text += f". Longer than most: {ex.long_check}"
+        text += f". Longer than most: {why}"
     return [f"| `oomlab check` takes | {cell(text)} |"]
 
 
