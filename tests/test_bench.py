@@ -483,7 +483,7 @@ def test_an_estimates_check_time_is_shown_with_why_it_is_long_and_counts_as_said
     from oomlab.site.estimate_page import estimate_page
     from oomlab.site.reports import Reports
 
-    ex = Course(working_tree=True).draft("size-a-decoder")
+    ex = Course(working_tree=True).get("size-a-decoder")
     row = {"id": ex.id, "gpu": "G", "torch": "T", "check_cold_s": 31.4, **bench.row_of(ex)}
     assert row["says_why"] is True and merge(None, {"checks": [row]})["targets"]["check_under_15_s"] is True
     page = estimate_page(ex, 1, 1, Reports([ex], speed={"checks": [row]}))

@@ -50,7 +50,7 @@ def test_the_checks_that_earn_points_are_the_memory_checks_and_none_of_those_eve
     assert not earning & set(ALWAYS), "a check every run gets would give every notebook its points"
 
 
-@pytest.mark.parametrize("ex", COURSE.exercises, ids=lambda e: e.id)
+@pytest.mark.parametrize("ex", COURSE.scripts, ids=lambda e: e.id)  # an estimate's: tests/test_classroom_estimates.py
 def test_each_exercise_notebook_is_its_folder(ex):
     nb = build_notebook(ex)
     nbformat.validate(nb)

@@ -1,8 +1,8 @@
 """An estimate exercise in the nbgrader course, without nbgrader running: its notebook, its points, the student build,
 and its grading up to the GPU.
 
-The estimate exercises are drafts, so the course is copied and they are moved into its first module
-(:func:`tests.test_estimate_exercises.promoted`); the class is built from that copy once for the file. Where there is
+The course is copied with the estimate exercises' examples made tiny (:func:`tests.test_estimate_exercises.tiny`);
+the class is built from that copy once for the file. Where there is
 no GPU, the grading says so as a script's does; with the CPU's count standing in for the GPU
 (:func:`tests.test_estimate_exercises.cpu_for_gpu`), each part is scored as on a GPU: a reference estimate earns every
 part's points, the estimator as shipped fewer, and the class report names the parts it got wrong.
@@ -31,7 +31,7 @@ from oomlab.grading import estimates
 from oomlab.grading.estimates import parts_of
 from oomlab.grading.truth import source_digest
 from oomlab.measure.machine import has_nvidia_driver
-from tests.test_estimate_exercises import ESTIMATES, cpu_for_gpu, landlock, promoted  # noqa: F401 - a fixture
+from tests.test_estimate_exercises import ESTIMATES, cpu_for_gpu, landlock, tiny  # noqa: F401 - a fixture
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,17 +39,17 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-MODULE = "read-the-numbers"  # the module promoted() moves the estimate exercises into: the assignment they are in
+MODULE = "size-it-first"  # the module of the estimate exercises: the assignment they are in
 DECODER = "size-a-decoder"  # the one graded here: its configs count on the CPU in a fraction of a second
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of the course with the estimate exercises in its first module."""
+    """A copy of the course with the estimate exercises' examples tiny."""
     root = tmp_path_factory.mktemp("estimates") / "course"
     for folder in ("exercises", "solutions"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    return promoted(root)
+    return tiny(root)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def klass(course, tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(build, "shipped_root", lambda: course)
         built = build_course(tmp_path_factory.mktemp("class") / "class")
-    assert built.assignments[MODULE][:2] == list(ESTIMATES)
+    assert built.assignments[MODULE] == list(ESTIMATES)
     return built.root
 
 

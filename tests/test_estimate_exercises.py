@@ -31,8 +31,8 @@ TINY = {  # what `oomlab run` counts in the CLI's tests: a step or a generation 
 }
 
 
-def draft(ex_id: str, root: Path = REPO):
-    return Course(root, working_tree=True).draft(ex_id)
+def exercise(ex_id: str, root: Path = REPO):
+    return Course(root, working_tree=True).get(ex_id)
 
 
 def landlock():
@@ -45,12 +45,11 @@ def landlock():
 
 
 @pytest.mark.parametrize("ex_id", ESTIMATES)
-def test_an_estimate_exercise_is_a_draft_with_examples_and_wrong_fixes_that_name_a_part(ex_id):
+def test_an_estimate_exercise_sits_in_size_it_first_with_examples_and_wrong_fixes_that_name_a_part(ex_id):
     from oomlab.sizing.grade import SIZED
 
-    course = Course(REPO, working_tree=True)
-    assert ex_id in course.drafts
-    ex = course.draft(ex_id)
+    ex = exercise(ex_id)
+    assert ex.module.name == "size-it-first" and not ex.step
     assert ex.is_estimate and ex.file == "estimate.py" and ex.budget_bytes == 0 and not ex.checks
     assert ex.solution_path.is_file() and len(ex.hints) == 3 and len(ex.interview.answer.split()) >= 150
     kind = SIZED[ex.sizes]
@@ -180,7 +179,7 @@ def test_the_truth_check_of_an_estimate_exercise_behaves_as_its_manifest_says(ex
     landlock()
     from oomlab.grading import truth
 
-    ex = draft(ex_id, course_copy)
+    ex = exercise(ex_id, course_copy)
     runs = truth.variants(ex)
     assert [v.kind for v in runs] == ["solution", "bug", *["wrong-fix"] * len(ex.wrong_fixes)]
     measured = [truth.check_estimate(v) for v in runs]
@@ -198,17 +197,8 @@ def test_the_truth_check_of_an_estimate_exercise_behaves_as_its_manifest_says(ex
 # -- the learner's commands -------------------------------------------------------------------------------------------
 
 
-def promoted(root: Path) -> Path:
-    """``root``'s course with the estimate exercises moved from the drafts into its first module, their examples tiny."""
-    path = root / "exercises" / "modules.toml"
-    text = path.read_text(encoding="utf-8")
-    drafts = re.search(r"^drafts = \[(.*)\]$", text, flags=re.M)
-    kept = [d for d in re.findall(r'"([^"]+)"', drafts.group(1)) if d not in ESTIMATES]
-    text = text[: drafts.start()] + f"drafts = {kept!r}".replace("'", '"') + text[drafts.end() :]
-    text = re.sub(
-        r"(\[\[modules\]\][^\[]*?exercises = \[\n)", r'\1    "size-a-training-step",\n    "size-a-decoder",\n', text, count=1
-    )
-    path.write_text(text, encoding="utf-8")
+def tiny(root: Path) -> Path:
+    """``root``'s course with the estimate exercises' examples made tiny: counted on the CPU in a fraction of a second."""
     for ex_id, sizes in zip(ESTIMATES, ("train", "decode"), strict=True):
         manifest = root / "exercises" / ex_id / "exercise.toml"
         text = manifest.read_text(encoding="utf-8")
@@ -236,8 +226,8 @@ def test_run_shows_the_estimate_beside_the_cpus_count_and_check_says_measuring_n
     from tests.forked_commands import oomlab_commands
     from tests.test_cli import oomlab
 
-    root = promoted(course_copy)
-    assert [e.id for e in Course(root, working_tree=True).exercises][:2] == list(ESTIMATES)
+    root = tiny(course_copy)
+    assert [e.id for e in Course(root, working_tree=True).exercises if e.is_estimate] == list(ESTIMATES)
     rc, out = oomlab(root, "list")
     assert rc == 0 and "size-a-training-step" in out and "none" in out, out
 
@@ -293,7 +283,7 @@ def test_a_learners_own_config_is_an_example_with_fields_set_checked_and_small_e
     from oomlab.sizing.cpu_count import own_config
     from oomlab.sizing.grade import SIZED
 
-    base = dict(draft("size-a-training-step").examples[0])
+    base = dict(exercise("size-a-training-step").examples[0])
     if said is None:
         assert own_config(SIZED["train"], base, text) == {**base, "layers": 4, "checkpointing": True}
     else:
@@ -311,7 +301,7 @@ def test_the_page_of_an_estimate_exercise_shows_the_task_its_tolerances_and_exam
     from oomlab.site.exercise_page import exercise_page
     from oomlab.site.reports import Reports
 
-    ex = draft(ex_id)
+    ex = exercise(ex_id)
     page = exercise_page(ex, 1, 1, Reports(exercises=[ex]))
     assert f"# {ex.title}" in page and "Memory budget | none" in page and "PYTORCH_CUDA_ALLOC_CONF" not in page
     assert all(f"| `{part}` | ±" in page for part in parts_of(ex)) and "## Example configs" in page
@@ -332,7 +322,7 @@ def test_equivalence_forks_no_estimator_and_its_truth_check_half_grades_each_est
     also says the GPU a sitting of estimates alone was measured on."""
     from oomlab.grading import equivalence, truth
 
-    ex = draft("size-a-decoder")
+    ex = exercise("size-a-decoder")
     runs = [
         {"name": v.name, "kind": v.kind, "verdict": "fail", "as_expected": True, "failed_parts": sorted(v.expect)}
         for v in truth.variants(ex)
@@ -358,7 +348,7 @@ def test_the_measurements_page_shows_an_estimators_parts_where_a_script_shows_it
     from oomlab.site.measurements_page import measurements_page
     from oomlab.site.reports import Reports
 
-    ex = draft("size-a-decoder")
+    ex = exercise("size-a-decoder")
     runs = [
         {"name": v.name, "kind": v.kind, "verdict": "fail", "within": 10, "total": 18, "failed_parts": sorted(v.expect)[:1]}
         for v in truth.variants(ex)
@@ -377,9 +367,14 @@ def test_a_draft_is_verified_by_its_id_and_its_runs_are_shown_not_written(course
     the course, is left alone; drafts and the course's exercises are never mixed in one sitting."""
     from oomlab.grading import truth
     from tests.in_process import oomlab
+    from tests.test_modules import LIST, add_draft
 
     monkeypatch.setenv("OOMLAB_ROOT", str(course_copy))
     report_path = course_copy / "course" / "measurements" / "verify.json"  # the copy has none: none is written
+    modules = course_copy / LIST  # the decoder taken out of its module and listed as a draft
+    modules.write_text(modules.read_text(encoding="utf-8").replace('    "size-a-decoder",\n', "", 1), encoding="utf-8")
+    add_draft(course_copy, "size-a-decoder")
+    assert Course(course_copy).drafts == ("size-a-decoder",)
 
     def verified(exercises, note, jobs, fresh):
         rows = []

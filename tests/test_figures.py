@@ -208,13 +208,13 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
     monkeypatch.setattr(figures, "presenter", Pictures)
     course = Course(course_copy, working_tree=True)
     out = tmp_path / "figures"
-    written = figures.regenerate(course, out, jobs=4)
+    written = figures.regenerate(course, out, jobs=4)  # an estimate runs nothing to draw: the scripts' figures
 
     index = json.loads((out / "figures.json").read_text())
-    assert set(index["figures"]) == {f"{ex.id}-{v}" for ex in course.exercises for v in ("bug", "fix")}
+    assert set(index["figures"]) == {f"{ex.id}-{v}" for ex in course.scripts for v in ("bug", "fix")}
     assert any(f["failure"] for f in index["figures"].values()), "no exercise is profiled: the failure is not tested"
-    assert set(index["compares"]) == {ex.id for ex in course.exercises}
-    for ex in course.exercises:
+    assert set(index["compares"]) == {ex.id for ex in course.scripts}
+    for ex in course.scripts:
         wanted = {ex.step, "snapshot", "hunt"}
         for side in ("bug", "fix"):
             asked = {name: options for label, s, name, options in runs if label == ex.id and s == side}
@@ -234,7 +234,7 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
 
     # One exercise redrawn: only its tools run, and the others' entries stay as they were, in course order.
     runs.clear()
-    first, last = course.exercises[0], course.exercises[-1]
+    first, last = course.scripts[0], course.scripts[-1]
     before = json.loads((out / "figures.json").read_text())
     before["figures"][f"{first.id}-bug"]["headline"] = "drawn earlier"
     before["figures"]["gone-bug"] = {**before["figures"][f"{first.id}-bug"], "exercise": "gone"}
@@ -242,8 +242,8 @@ def test_regenerate_draws_each_exercises_tool_and_compares_its_bug_with_its_fix(
     written = figures.regenerate(course, out, jobs=2, only=[last.id])
     assert {label for label, *_ in runs} == {last.id}
     index = json.loads((out / "figures.json").read_text())
-    assert list(index["figures"]) == [f"{ex.id}-{v}" for ex in course.exercises for v in ("bug", "fix")]
-    assert list(index["compares"]) == [ex.id for ex in course.exercises]
+    assert list(index["figures"]) == [f"{ex.id}-{v}" for ex in course.scripts for v in ("bug", "fix")]
+    assert list(index["compares"]) == [ex.id for ex in course.scripts]
     assert index["figures"][f"{first.id}-bug"]["headline"] == "drawn earlier", "another exercise's entry is kept"
     assert index["figures"][f"{last.id}-bug"]["headline"] == f"{last.step} on the bug"
     assert all(path.name.startswith((last.id, "figures.json")) for path in written)

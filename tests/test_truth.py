@@ -31,6 +31,9 @@ def test_every_exercise_is_tried_with_its_fix_bug_wrong_fixes_and_every_cheat(co
         runs = truth.variants(ex)
         assert [v.kind for v in runs[:2]] == ["solution", "bug"]
         assert [v.name for v in runs if v.kind == "wrong-fix"] == [f.name for f in ex.wrong_fixes]
+        if ex.is_estimate:  # no script runs, so no cheat of a script's: its sandbox is tested in tests/test_sizing.py
+            assert [v.kind for v in runs] == ["solution", "bug", *["wrong-fix"] * len(ex.wrong_fixes)]
+            continue
         # Where the fix is an allocator setting, setting it at run time is a fix, not a cheat.
         skipped = {"allocator-settings-at-runtime"} if ex.learner_settings else set()
         assert [v.name for v in runs if v.kind == "cheat"] == [c.name for c in CHEATS if c.name not in skipped]
@@ -79,7 +82,7 @@ def test_every_way_a_grade_was_forged_is_tried_on_every_exercise(course):
     for cheat in CHEATS:
         if cheat.uncapped:
             assert "driver" in cheat.caught_by and cheat.caught_by <= {"driver", "untampered"}, cheat.name
-    for ex in course.exercises:
+    for ex in course.scripts:
         names = {v.name for v in truth.variants(ex) if v.kind == "cheat"}
         assert {c.name for c in CHEATS if c.way} <= names, ex.id
 
@@ -178,7 +181,8 @@ def test_running_at_once_reports_exactly_what_one_at_a_time_does(course, monkeyp
     monkeypatch.setattr(truth, "reference_of", reference)
     monkeypatch.setattr(truth, "check", check)
     # fresh=True: the measuring is faked, so no warm server (a process that imports torch) has anything to serve.
-    reports = [truth.verify(course.exercises, jobs=jobs, fresh=True) for jobs in (1, 4, 16)]
+    # The scripts: an estimate's configs are measured one sitting after another, on the whole GPU (check_estimates).
+    reports = [truth.verify(course.scripts, jobs=jobs, fresh=True) for jobs in (1, 4, 16)]
     for report in reports:
         for key in ("created", "wall_s", "jobs"):
             report.pop(key)
@@ -188,8 +192,8 @@ def test_running_at_once_reports_exactly_what_one_at_a_time_does(course, monkeyp
         assert len(spans) == report["runs"] and all(0 <= start <= end for start, end in spans)
     assert reports[0] == reports[1] == reports[2]
     first = reports[0]["exercises"][0]
-    assert first["id"] == course.exercises[0].id and first["solution"]["reference"] == len(first["id"])
-    assert reports[0]["ok"] and reports[0]["runs"] == sum(len(truth.variants(ex)) + 1 for ex in course.exercises)
+    assert first["id"] == course.scripts[0].id and first["solution"]["reference"] == len(first["id"])
+    assert reports[0]["ok"] and reports[0]["runs"] == sum(len(truth.variants(ex)) + 1 for ex in course.scripts)
 
 
 @pytest.mark.parametrize(

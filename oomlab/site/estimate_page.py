@@ -29,6 +29,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         alternatives_section,
         check_time_row,
         fence,
+        fix_section,
         hints_section,
         interview_section,
         page_head,
@@ -87,6 +88,7 @@ def estimate_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
         *(f"| {i} | " + " | ".join(cell(str(v)) for v in cfg.values()) + " |" for i, cfg in enumerate(ex.examples, 1)),
         "",
         *hints_section(ex),
+        *fix_section(ex, reports),
     ]
     md += mistakes_section(ex, reports)
     md += alternatives_section(ex, reports)

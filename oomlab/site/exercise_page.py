@@ -30,7 +30,7 @@ from oomlab.site.reports import PROBES, VERIFY_JSON, Reports, drawn_on, measured
 from oomlab.site.viewer_shots import SHOTS
 from oomlab.units import MIB, UNIT_BYTES, format_bytes, in_mib
 
-__all__ = ["FIX_FOLD", "exercise_page", "recorded_error"]
+__all__ = ["ESTIMATE_FOLD", "FIX_FOLD", "exercise_page", "recorded_error"]
 
 PYTORCH_SOURCE = "https://github.com/pytorch/pytorch/blob/main/"
 
@@ -297,6 +297,7 @@ def exercise_page(ex: Exercise, number: int, total: int, reports: Reports) -> st
 
 
 FIX_FOLD = "The reference fix, as a change of the script above"
+ESTIMATE_FOLD = "The reference estimator, as a change of the estimator above"  # an estimate exercise's FIX_FOLD
 
 
 def script_diff(ex: Exercise) -> str:
@@ -309,19 +310,26 @@ def script_diff(ex: Exercise) -> str:
 
 
 def fix_section(ex: Exercise, reports: Reports) -> list[str]:
-    """The reference fix, folded: a diff whose comments say why each changed line is there."""
+    """The reference fix (an estimate exercise's: its reference estimator), folded: a diff whose comments say why each
+    changed line is there."""
     if not ex.solution_path.is_file():
         return []
-    return [
-        "## The fix",
+    md = [
+        "## The reference estimator" if ex.is_estimate else "## The fix",
         "",
-        "Open it once your own fix passes, or when the hints and the tool have not got you there. The comments at the "
-        f"changed lines say why. In the terminal, `oomlab solution {ex.id}` shows it once your version passes.",
+        f"Open it once your own {'estimate' if ex.is_estimate else 'fix'} passes, or when the hints"
+        f"{'' if ex.is_estimate else ' and the tool'} have not got you there. The comments at the changed lines say why. In the terminal, `oomlab solution {ex.id}` shows it once "
+        "your version passes.",
         "",
-        f'??? success "{FIX_FOLD}"',
+        f'??? success "{ESTIMATE_FOLD if ex.is_estimate else FIX_FOLD}"',
         "",
         *indented(fence(script_diff(ex), "diff")),
         "",
+    ]
+    if ex.is_estimate:  # nothing of it runs: no tool's figures to compare
+        return md
+    return [
+        *md,
         *compare_fold(
             reports.figures.get("compares", {}).get(ex.id),
             ex.id,

@@ -113,7 +113,9 @@ def policy(name: str, base: int) -> dict:
     x = torch.randn(BATCH, WIDTH, device="cuda", dtype=weights_dtype)
     batch = x.untyped_storage().nbytes()
     train_step(name, model, x, optimizer, masters)
-    optimizer.zero_grad(set_to_none=True)
+    # The model's gradients, not the optimizer's: with masters, the optimizer steps the fp32 copies, whose gradients
+    # the step already dropped, and the bf16 gradients backward made would stay.
+    model.zero_grad(set_to_none=True)
     without = settle() - base - batch
     train_step(name, model, x, optimizer, masters)  # the gradients of this step stay
     kept = settle() - base - batch
