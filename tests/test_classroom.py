@@ -195,6 +195,33 @@ def test_a_run_the_sandbox_stopped_is_not_graded_and_says_what_it_reached_for(cl
     assert list(lines) == ["sandbox"]
 
 
+def test_plain_nbgrader_autograde_grades_a_script_as_strictly_as_oomlab_autograde(class_folder, monkeypatch):
+    """Where `oomlab nbgrader autograde` measured nothing first (plain `nbgrader autograde`), the cell measures the
+    script itself: strict, with the class folder (its pinned course's reference fixes, the other submissions) hidden.
+    Outside a class, a released notebook's check is a learner's own, as `oomlab check`."""
+    from oomlab.classroom import measured
+    from oomlab.grading import verdict
+    from oomlab.measure import machine
+
+    ex = Course(class_folder / PINNED).get("inference-worker")
+    (Path.cwd() / "inference-worker.py").write_text("print('fixed')\n")
+    asked = []
+    m = Measurement(script="inference-worker.py", status="ok", stats={})
+    monkeypatch.setattr(machine, "refuse_without_a_driver", lambda *a: None)
+    monkeypatch.setattr(measured, "load", lambda *a: None)
+    monkeypatch.setattr(verdict, "grade", lambda ex_, script, **k: asked.append(k) or Report(ex, m, m, []))
+    cells.measure("inference-worker", sources=source_digest(ex))
+    assert asked == [{"measurement": None, "strict": True, "hide": (class_folder.resolve(),)}]
+    outside = class_folder.parent / "released"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    (outside / "inference-worker.py").write_text("print('fixed')\n")
+    cells._last.clear()
+    monkeypatch.setattr(cells, "_exercise", lambda ex_id: ex)
+    cells.measure("inference-worker", sources=source_digest(ex))
+    assert asked[1] == {"measurement": None, "strict": False, "hide": ()}
+
+
 def test_no_cell_passes_where_nothing_was_written(class_folder, capsys):
     ex = Course(class_folder / PINNED).get("inference-worker")
     cells.measure("inference-worker", sources=source_digest(ex))

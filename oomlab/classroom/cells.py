@@ -24,7 +24,8 @@ hidden config, or not. In a class's folder the grade is strict (the estimator ru
 sandboxed or nothing is graded) with the whole class folder out of its reach, and it is
 the grade ``oomlab nbgrader autograde`` made before nbgrader ran, where there is one
 (:mod:`oomlab.classroom.measured`). An estimator that fails to load or answer is said on
-any machine; only then does grading need a GPU.
+any machine; only then does grading need a GPU. A script is graded by the same rules in a
+class's folder: strict, the folder out of its reach.
 
 In a student build of oomlab (``oomlab nbgrader student-wheel``: no reference
 fixes) there is nothing to grade a script against: :func:`measure` still runs the
@@ -130,6 +131,7 @@ def _student_build() -> bool:
 
 def _grade(ex_id: str) -> _Outcome:
     from oomlab.classroom import measured
+    from oomlab.classroom.layout import class_root
     from oomlab.classroom.scoring import magic_line, script_name
     from oomlab.grading.present import script_failure, unfinished
     from oomlab.grading.truth import source_digest
@@ -167,8 +169,14 @@ def _grade(ex_id: str) -> _Outcome:
         return _Outcome(text, None, _error_lines(err))
     if student:
         return _measured_only(ex, script, text)
+    root = class_root()
     try:
-        report = grade(ex, script, measurement=measured.load(ex, script))
+        # In a class's folder the run is graded as `oomlab nbgrader autograde` grades it before nbgrader runs: strict
+        # (sandboxed and witnessed, or nothing is graded), the class folder out of its reach. Plain `nbgrader
+        # autograde` finds no such measurement and measures here by the same rules: a learner's would run the
+        # script unsandboxed on a machine that cannot sandbox, free to read the reference fix and run it.
+        kept = measured.load(ex, script)
+        report = grade(ex, script, measurement=kept, strict=root is not None, hide=() if root is None else (root,))
     except OomLabError as err:  # the machine (no GPU, too small, busy) or the course, not the learner's code
         return _Outcome(text, None, _error_lines(err))
     if unfinished(report):
