@@ -136,8 +136,18 @@ def test_a_name_in_the_list_with_no_folder_is_an_error_that_says_what_to_add(cou
         ('title = "Capstone"\n', "", "module 'capstone': 'title' should be a non-empty string, found None"),
         ('exercises = [\n    "capstone",\n]', 'exercises = "capstone"', "'exercises' should be a list of exercise ids"),
         ('    "capstone",\n]', '    "../capstone",\n]', "module 'capstone': the exercise '../capstone' is not a plain name"),
+        ('reading = ["training-step.md#anatomy"', 'reading = ["training-step#anatomy"', "each PAGE.md#ANCHOR"),
     ],
-    ids=["not-toml", "no-modules", "exercise-twice", "module-twice", "no-title", "exercises-not-a-list", "not-a-name"],
+    ids=[
+        "not-toml",
+        "no-modules",
+        "exercise-twice",
+        "module-twice",
+        "no-title",
+        "exercises-not-a-list",
+        "not-a-name",
+        "reading-not-a-section",
+    ],
 )
 def test_a_list_that_does_not_load_says_what_is_wrong_in_it(course_copy, find, replace, words):
     path = course_copy / LIST
@@ -267,3 +277,25 @@ def test_a_learners_folder_gets_the_course_but_not_its_drafts(course_copy, tmp_p
     mine = Course(tmp_path / "mine")
     assert not (tmp_path / "mine" / "exercises" / "not-measured-yet").exists() and "not-measured-yet" in mine.drafts
     assert [e.id for e in mine.exercises] == [e.id for e in Course(course_copy).exercises]
+
+
+def test_a_modules_reading_is_linked_by_the_titles_of_its_page_and_section_and_a_missing_one_stops_the_build(tmp_path):
+    """A module names the site's sections it builds on once (PAGE.md#ANCHOR); its page links each by what the page and
+    the section call themselves, and a section that is not there stops the build with where it is named."""
+    pytest.importorskip("mkdocs")
+    from mkdocs.exceptions import PluginError
+
+    from oomlab.site.module_pages import module_page
+
+    course = Course(REPO, working_tree=True)
+    (sizing,) = [m for m in course.modules if m.reading]
+    page = module_page(sizing, course.exercises, REPO / "course")
+    assert page.index("## Read first") < page.index("## The exercises")
+    assert (
+        "- [What a parameter costs](../training-step.md#bytes-per-parameter), in "
+        "[The memory of a training step](../training-step.md)" in page
+    )
+    (tmp_path / "training-step.md").write_text("# The memory of a training step\n\n## Phase by phase {#anatomy}\n")
+    with pytest.raises(PluginError, match=r"module 'size-it-first' reads training-step.md#bytes-per-parameter, but"):
+        module_page(sizing, course.exercises, tmp_path)
+    assert "## Read first" not in module_page(course.modules[0], course.exercises, REPO / "course")

@@ -32,6 +32,7 @@ __all__ = [
 
 MODULE_LIST = "modules.toml"  # in the course's exercises/, beside the exercise folders
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")  # a module's name or an exercise's id: a file and folder name everywhere
+READING = re.compile(r"[a-z0-9][a-z0-9-]*\.md#[a-z0-9][a-z0-9-]*")  # a section of a page of course/: PAGE.md#ANCHOR
 
 # The workflow's first box, before any step: what the first module teaches. An exercise met before the
 # module that teaches its step is tagged with it first, so that the workflow is learned in its own order.
@@ -47,6 +48,7 @@ class Module:
     goal: str  # what a learner can do after it, for the site and `oomlab list`
     exercises: tuple[str, ...]  # their ids, in teaching order
     later: tuple[str, ...] = ()  # the names of the modules after it in its course
+    reading: tuple[str, ...] = ()  # the site's sections it builds on, each PAGE.md#ANCHOR: its page says "read first"
 
 
 def modules_file(root: Path) -> Path:
@@ -89,7 +91,7 @@ def load_list(path: Path) -> tuple[tuple[Module, ...], tuple[str, ...]]:
             raise OomLabError(
                 f"{path} names the {what} {twice[0]!r} more than once.", f"Name each {what} once, at its place in the course."
             )
-    modules = tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :])) for i, m in enumerate(read))
+    modules = tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :]), m.reading) for i, m in enumerate(read))
     return modules, _drafts(data.get("drafts", []), modules, path)
 
 
@@ -136,7 +138,14 @@ def _module(table: dict, where: str, path: Path) -> Module:
                 f"{where}: the {key} {value!r} is not a plain name.",
                 "Use lowercase letters, digits and hyphens: it names a folder and a page.",
             )
-    return Module(name, text("title"), text("goal"), tuple(exercises))
+    reading = table.get("reading", [])
+    if not isinstance(reading, list) or not all(isinstance(r, str) and READING.fullmatch(r) for r in reading):
+        raise OomLabError(
+            f"{where}: 'reading' should be a list of site sections, each PAGE.md#ANCHOR, found {reading!r}.",
+            f'Name the sections of course/ it builds on in {path}: reading = ["training-step.md#bytes-per-parameter"], '
+            "or leave it out.",
+        )
+    return Module(name, text("title"), text("goal"), tuple(exercises), reading=tuple(reading))
 
 
 def met_before_its_step(module: Module | None, step_name: str) -> bool:

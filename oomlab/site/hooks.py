@@ -69,7 +69,7 @@ def on_files(files, config):
     for number, ex in enumerate(exercises, 1):
         files.append(File.generated(config, page_uri(ex), content=exercise_page(ex, number, len(exercises), _reports)))
     for module in modules:
-        files.append(File.generated(config, module_uri(module), content=module_page(module, exercises)))
+        files.append(File.generated(config, module_uri(module), content=module_page(module, exercises, Path(config.docs_dir))))
     files.append(File.generated(config, MEASUREMENTS_PAGE, content=measurements_page(_reports)))
     files.append(File.generated(config, CLI_PAGE, content=FRONT_MATTER + cli_reference()))
     return files

@@ -9,6 +9,11 @@ questions they end with; the answers stay folded on the exercise pages.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+
 from oomlab.course.manifest import Exercise
 from oomlab.course.modules import READ_FIRST, SIZE_FIRST, Module, met_before_its_step
 from oomlab.site.markdown import cell, link_from
@@ -56,8 +61,9 @@ def taught(exercises: list[Exercise]) -> list[tuple[Module, list[tuple[int, Exer
     return [(m, [(n, ex) for n, ex in numbered if ex.module == m]) for m in modules]
 
 
-def module_page(module: Module, exercises: list[Exercise]) -> str:
-    """The page of ``module``: its goal, its exercises, the interview questions they end with."""
+def module_page(module: Module, exercises: list[Exercise], docs_dir: Path) -> str:
+    """The page of ``module``: its goal, the sections of the site it builds on, its exercises, the interview questions
+    they end with."""
     path = taught(exercises)
     index = next(i for i, (m, _) in enumerate(path) if m == module)
     chosen = path[index][1]
@@ -67,6 +73,7 @@ def module_page(module: Module, exercises: list[Exercise]) -> str:
         "",
         f"Module {index + 1} of {len(path)}. When you have done it, you can: {module.goal[0].lower()}{module.goal[1:]}",
         "",
+        *reading_section(module, uri, docs_dir),
         "## The exercises",
         "",
         "In this order; `oomlab` on its own shows which one you are on.",
@@ -127,3 +134,29 @@ def _one_round(row: dict) -> float | None:
     """Seconds of one run of the seeded bug and one of the reference fix, as the truth check timed them."""
     walls = [(row.get(kind) or {}).get("wall_s") for kind in ("buggy", "solution")]
     return sum(walls) if all(isinstance(w, (int, float)) for w in walls) else None
+
+
+def reading_section(module: Module, uri: str, docs_dir: Path) -> list[str]:
+    """The sections of the site that ``module`` builds on (its ``reading``), each linked by its heading."""
+    if not module.reading:
+        return []
+    md = ["## Read first", ""]
+    for target in module.reading:
+        name, anchor = target.split("#")
+        page, section = titles(docs_dir / name, anchor, module)
+        md.append(f"- [{section}]({link_from(uri, target)}), in [{page}]({link_from(uri, name)})")
+    return [*md, ""]
+
+
+def titles(page: Path, anchor: str, module: Module) -> tuple[str, str]:
+    """The title of ``page`` and its heading marked ``{#anchor}``: a link says what the page and section call themselves."""
+    where = f"exercises/modules.toml: module {module.name!r} reads {page.name}#{anchor}"
+    try:
+        text = page.read_text(encoding="utf-8")
+    except OSError:
+        raise PluginError(f"{where}, but there is no page {page.name} in the site's pages.") from None
+    title = re.search(r"^# (.+?)[ \t]*$", text, flags=re.M)
+    section = re.search(rf"^#+ (.+?) \{{#{re.escape(anchor)}\}}[ \t]*$", text, flags=re.M)
+    if title is None or section is None:
+        raise PluginError(f"{where}, but {page.name} has no title, or no heading marked {{#{anchor}}}.")
+    return title.group(1), section.group(1)
