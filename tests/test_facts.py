@@ -440,3 +440,17 @@ def test_every_fact_marker_names_a_probe_and_a_measured_key(page):
 )
 def test_a_fraction_too_small_for_a_whole_percent_is_given_as_a_bound_not_as_zero(value, shown):
     assert facts.format_value("x.difference_fraction", value) == shown
+
+
+@pytest.mark.parametrize(
+    "name, value, shown",
+    [
+        ("x.card_bytes", 80_000_000_000, "74.5 GiB (80 GB)"),
+        ("x.seventy_b.bf16_masters_adamw_bytes", 1_120_000_000_000, "1,043.1 GiB (1,120 GB)"),
+        ("x.peak_bytes", 2_772_497_408, "2,644.1 MiB"),  # below a card's size: MiB, as every other figure
+        ("x.seven_b_parameters", 7_000_000_000, "7 billion"),
+        ("x.parameters", 33_570_816, "33,570,816"),
+    ],
+)
+def test_a_model_or_a_cards_size_reads_as_it_is_asked_about(name, value, shown):
+    assert facts.format_value(name, value) == shown

@@ -20,7 +20,8 @@ documentation. This module is the first kind for everything that is not an exerc
   ``{gpu, torch, cuda, created, facts: {probe: {...}}, sources: {probe: sha256 prefix}}``
   (a probe with variants has ``facts[probe][variant]``);
 - in a page, ``<!-- oomlab:fact probe.key.subkey -->`` becomes that value, formatted by its
-  key's suffix (:func:`format_value`: ``_bytes`` as a size, ``_fraction`` as a percentage);
+  key's suffix (:func:`format_value`: ``_bytes`` as a size, ``_fraction`` as a percentage, ``_parameters`` as
+  a count, in billions for a model's);
   :func:`render` does it for the site's markers (:mod:`oomlab.site.markers`), and raises
   :class:`UnknownFact` for a probe that does not exist or a key its results do not have.
 """
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from oomlab.errors import OomLabError
 from oomlab.measure.stats import ALLOCATOR_VARIABLES
-from oomlab.units import KIB, MIB, format_bytes
+from oomlab.units import GIB, KIB, MIB, format_bytes
 
 PROBES_DIR = Path("course/probes")
 COMMAND = "oomlab dev facts"
@@ -52,6 +53,9 @@ MARKER = re.compile(r"<!--\s*oomlab:fact\s+([\w.-]+)\s*-->")
 NOT_MEASURED = "*(not measured yet)*"
 # Sizes below this are written with their exact byte count too where one decimal would round them.
 EXACT_BELOW = 64 * MIB
+# Sizes from this up are a model's or a card's (the big cases): in GiB, as the allocator counts, and in decimal GB
+# beside it, as cards and models are sold and asked about ("an 80 GB GPU").
+CARD_SIZED = 10 * GIB
 
 __all__ = [
     "COMMAND",
@@ -315,6 +319,8 @@ def format_value(key: str, value) -> str:
         return "yes" if value else "no"
     if isinstance(value, str):
         return value
+    if last.endswith("_bytes") and abs(value) >= CARD_SIZED:
+        return f"{value / GIB:,.1f} GiB ({value / 1e9:,.0f} GB)"
     if last.endswith("_bytes"):
         shown = format_bytes(value)
         number, unit = shown.split(" ")
@@ -328,6 +334,8 @@ def format_value(key: str, value) -> str:
         return f"{value:.0%}"
     if last.endswith("_s"):
         return f"{value:,.1f} s"
+    if last.endswith("_parameters") and value >= 1e9 and value % 1e8 == 0:  # a model's size, as it is asked about
+        return f"{value / 1e9:g} billion"
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.3g}"
