@@ -13,7 +13,7 @@ and nothing else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from oomlab.course.toml_file import read_toml
@@ -91,7 +91,7 @@ def load_list(path: Path) -> tuple[tuple[Module, ...], tuple[str, ...]]:
             raise OomLabError(
                 f"{path} names the {what} {twice[0]!r} more than once.", f"Name each {what} once, at its place in the course."
             )
-    modules = tuple(Module(m.name, m.title, m.goal, m.exercises, tuple(names[i + 1 :]), m.reading) for i, m in enumerate(read))
+    modules = tuple(replace(m, later=tuple(names[i + 1 :])) for i, m in enumerate(read))
     return modules, _drafts(data.get("drafts", []), modules, path)
 
 
